@@ -1,0 +1,14 @@
+/* pool/options: defaults of the pool settings. */
+#include "pool/options.h"
+
+#include <string.h>
+
+void xsa_pool_options_default(xsa_pool_options *o) {
+    memset(o, 0, sizeof *o);
+    o->expandable_segments = true;
+    o->page_recycling = true;
+    o->max_split_size = SIZE_MAX;
+    o->max_non_split_rounding = 20u << 20;
+    o->garbage_collection_threshold = 0.0;
+    o->memory_fraction = 1.0;
+}

@@ -1,0 +1,30 @@
+/*
+ * pool/options: the settings of one device's block pool, filled by the
+ * configuration parser (api/config) from XSALLOC_CONF. Defaults are
+ * PyTorch's, except expandable_segments and page_recycling.
+ */
+#ifndef XSA_POOL_OPTIONS_H
+#define XSA_POOL_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* roundup_power2_divisions intervals: [1 MiB, 2 MiB), [2, 4), ... the last
+ * one also covers everything larger (PyTorch: 16 intervals from 1 MiB). */
+#define XSA_ROUNDUP_INTERVALS 16
+
+typedef struct xsa_pool_options {
+    bool expandable_segments;      /* default true */
+    bool page_recycling;           /* default true */
+    size_t max_split_size;         /* bytes; SIZE_MAX = no limit (default) */
+    size_t max_non_split_rounding; /* an oversize request may take a block this much larger (default 20 MiB) */
+    /* divisions per interval; 0 = no power-of-two rounding (default) */
+    size_t roundup_power2_divisions[XSA_ROUNDUP_INTERVALS];
+    double garbage_collection_threshold; /* 0 = off; else in (0, 1) */
+    double memory_fraction;        /* per_process_memory_fraction; 1.0 = whole device */
+} xsa_pool_options;
+
+void xsa_pool_options_default(xsa_pool_options *o);
+
+#endif

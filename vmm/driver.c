@@ -1,0 +1,47 @@
+/*
+ * vmm/driver: entry-point names, call counters and the run-time choice
+ * between the real and the simulated driver.
+ */
+#include "vmm/driver.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const entry_names[XSA_DRV_COUNT] = {
+#define XSA_DRV_NAME(name) #name,
+    XSA_DRIVER_ENTRIES(XSA_DRV_NAME)
+#undef XSA_DRV_NAME
+};
+
+const char *xsa_driver_entry_name(xsa_driver_entry e) {
+    return (unsigned)e < XSA_DRV_COUNT ? entry_names[e] : "?";
+}
+
+int xsa_driver_entry_from_name(const char *name) {
+    for (int i = 0; i < XSA_DRV_COUNT; i++)
+        if (strcmp(entry_names[i], name) == 0) return i;
+    return -1;
+}
+
+void xsa_driver_read_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT]) {
+    for (int i = 0; i < XSA_DRV_COUNT; i++)
+        out[i] = atomic_load_explicit(&d->calls[i], memory_order_relaxed);
+}
+
+void xsa_driver_reset_calls(xsa_driver *d) {
+    for (int i = 0; i < XSA_DRV_COUNT; i++)
+        atomic_store_explicit(&d->calls[i], 0, memory_order_relaxed);
+}
+
+xsa_driver *xsa_driver_default(char *err, size_t errlen) {
+    const char *forced = getenv("XSA_DRIVER");
+    if (forced && strcmp(forced, "sim") == 0) return xsa_driver_sim();
+    if (forced && strcmp(forced, "cuda") == 0) return xsa_driver_cuda(err, errlen);
+    if (forced && *forced) {
+        if (err) snprintf(err, errlen, "XSA_DRIVER='%s' is not a driver: use 'cuda' or 'sim'", forced);
+        return NULL;
+    }
+    xsa_driver *cuda = xsa_driver_cuda(NULL, 0);
+    return cuda ? cuda : xsa_driver_sim();
+}

@@ -1,0 +1,145 @@
+/*
+ * vmm/driver: the one table of CUDA driver entry points the library uses.
+ *
+ * Design: every call the library makes into the driver goes through an
+ * xsa_driver table, filled either by the real driver (driver_cuda.c: libcuda
+ * is dlopen'd and resolved with cuGetProcAddress, never linked) or by the
+ * simulated driver (driver_sim.c: host memory that really is reserved, mapped
+ * and unmapped). The pool cannot tell them apart. Types here are neutral
+ * (no cuda.h): results use CUresult's numeric values, pointers are uint64_t
+ * device addresses, streams and events are opaque pointers.
+ *
+ * Calls go through XSA_DRV(d, entry, args...), which counts each call per
+ * entry point (replay reports create/map/unmap/release/mem_alloc/mem_free).
+ */
+#ifndef XSA_VMM_DRIVER_H
+#define XSA_VMM_DRIVER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CUresult values the library produces or checks (same numbers as cuda.h). */
+enum {
+    XSA_CU_SUCCESS = 0,
+    XSA_CU_ERROR_INVALID_VALUE = 1,
+    XSA_CU_ERROR_OUT_OF_MEMORY = 2,
+    XSA_CU_ERROR_NOT_INITIALIZED = 3,
+    XSA_CU_ERROR_NO_DEVICE = 100,
+    XSA_CU_ERROR_INVALID_DEVICE = 101,
+    XSA_CU_ERROR_INVALID_CONTEXT = 201,
+    XSA_CU_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
+    XSA_CU_ERROR_INVALID_HANDLE = 400,
+    XSA_CU_ERROR_NOT_FOUND = 500,
+    XSA_CU_ERROR_NOT_READY = 600,
+    XSA_CU_ERROR_NOT_PERMITTED = 800,
+    XSA_CU_ERROR_NOT_SUPPORTED = 801,
+    XSA_CU_ERROR_UNKNOWN = 999,
+};
+
+typedef int xsa_cu_result;
+typedef uint64_t xsa_devptr;          /* CUdeviceptr */
+typedef uint64_t xsa_mem_handle;      /* CUmemGenericAllocationHandle */
+typedef void *xsa_stream;             /* CUstream; NULL is the legacy default stream */
+typedef void *xsa_event;              /* CUevent */
+
+/* Device attributes the library asks for (CUdevice_attribute numbers). */
+enum {
+    XSA_ATTR_VMM_SUPPORTED = 102,             /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+    XSA_ATTR_POSIX_FD_SUPPORTED = 103,        /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
+};
+
+/* Entry point indices, used for call counters and fault injection. */
+#define XSA_DRIVER_ENTRIES(X)                                                  \
+    X(init) X(device_get_count) X(device_get_attribute) X(device_total_mem)   \
+    X(device_can_access_peer) X(mem_get_info) X(primary_ctx_retain)           \
+    X(primary_ctx_release) X(ctx_set_current) X(mem_get_granularity)          \
+    X(mem_address_reserve) X(mem_address_free) X(mem_create) X(mem_release)  \
+    X(mem_map) X(mem_unmap) X(mem_set_access) X(mem_export_fd) X(mem_alloc)  \
+    X(mem_free) X(stream_query) X(stream_synchronize) X(event_create)        \
+    X(event_record) X(event_query) X(event_synchronize) X(event_destroy)     \
+    X(stream_wait_event)
+
+typedef enum {
+#define XSA_DRV_ENUM(name) XSA_DRV_##name,
+    XSA_DRIVER_ENTRIES(XSA_DRV_ENUM)
+#undef XSA_DRV_ENUM
+    XSA_DRV_COUNT
+} xsa_driver_entry;
+
+/* Name of an entry point ("mem_map"), for reports and fault injection. */
+const char *xsa_driver_entry_name(xsa_driver_entry e);
+/* Entry index for a name, or -1. */
+int xsa_driver_entry_from_name(const char *name);
+
+typedef struct xsa_driver {
+    const char *name; /* "cuda" or "sim" */
+
+    xsa_cu_result (*init)(void);
+    xsa_cu_result (*device_get_count)(int *count);
+    xsa_cu_result (*device_get_attribute)(int *value, int attribute, int device);
+    xsa_cu_result (*device_total_mem)(size_t *bytes, int device);
+    xsa_cu_result (*device_can_access_peer)(int *can, int device, int peer);
+    /* cuMemGetInfo on the device's primary context. */
+    xsa_cu_result (*mem_get_info)(int device, size_t *free_bytes, size_t *total_bytes);
+    xsa_cu_result (*primary_ctx_retain)(void **ctx, int device);
+    xsa_cu_result (*primary_ctx_release)(int device);
+    xsa_cu_result (*ctx_set_current)(void *ctx);
+    /* Minimum granularity of pinned device memory on `device`
+     * (exportable: handles requested as POSIX file descriptors). */
+    xsa_cu_result (*mem_get_granularity)(size_t *granularity, int device, int exportable);
+    xsa_cu_result (*mem_address_reserve)(xsa_devptr *ptr, size_t size, size_t alignment);
+    xsa_cu_result (*mem_address_free)(xsa_devptr ptr, size_t size);
+    xsa_cu_result (*mem_create)(xsa_mem_handle *handle, size_t size, int device, int exportable);
+    xsa_cu_result (*mem_release)(xsa_mem_handle handle);
+    xsa_cu_result (*mem_map)(xsa_devptr ptr, size_t size, size_t offset, xsa_mem_handle handle);
+    xsa_cu_result (*mem_unmap)(xsa_devptr ptr, size_t size);
+    /* Grants read/write on [ptr, ptr+size) to each of devices[0..n). */
+    xsa_cu_result (*mem_set_access)(xsa_devptr ptr, size_t size, const int *devices, int n);
+    xsa_cu_result (*mem_export_fd)(int *fd, xsa_mem_handle handle);
+    /* Classic segments: cuMemAlloc/cuMemFree on the device's primary context. */
+    xsa_cu_result (*mem_alloc)(xsa_devptr *ptr, size_t size, int device);
+    xsa_cu_result (*mem_free)(xsa_devptr ptr);
+    xsa_cu_result (*stream_query)(xsa_stream stream);
+    xsa_cu_result (*stream_synchronize)(xsa_stream stream);
+    /* Events are created on the device's primary context, timing disabled. */
+    xsa_cu_result (*event_create)(xsa_event *event, int device);
+    xsa_cu_result (*event_record)(xsa_event event, xsa_stream stream);
+    xsa_cu_result (*event_query)(xsa_event event);
+    xsa_cu_result (*event_synchronize)(xsa_event event);
+    xsa_cu_result (*event_destroy)(xsa_event event);
+    xsa_cu_result (*stream_wait_event)(xsa_stream stream, xsa_event event);
+    /* Never fails: unknown codes give a generic text. */
+    const char *(*error_string)(xsa_cu_result result);
+
+    /* Calls made through XSA_DRV, per entry point. */
+    _Atomic uint64_t calls[XSA_DRV_COUNT];
+} xsa_driver;
+
+#define XSA_DRV(d, entry, ...)                                                 \
+    (atomic_fetch_add_explicit(&(d)->calls[XSA_DRV_##entry], 1,                \
+                               memory_order_relaxed),                           \
+     (d)->entry(__VA_ARGS__))
+
+/* Copies the call counters into out[XSA_DRV_COUNT]. */
+void xsa_driver_read_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT]);
+void xsa_driver_reset_calls(xsa_driver *d);
+
+/*
+ * The real driver. Returns NULL and fills err (if not NULL, at most errlen
+ * bytes) with a sentence when libcuda.so.1 cannot be loaded, an entry point
+ * is missing, cuInit fails or there is no device. Idempotent.
+ */
+xsa_driver *xsa_driver_cuda(char *err, size_t errlen);
+
+/* The simulated driver (see vmm/sim.h for its controls). */
+xsa_driver *xsa_driver_sim(void);
+
+/*
+ * The driver chosen at run time: XSA_DRIVER=cuda|sim forces one; otherwise
+ * cuda when a GPU is usable, else sim. NULL (with err filled) only when
+ * cuda was forced and is not usable.
+ */
+xsa_driver *xsa_driver_default(char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * vmm/segment: an expandable segment, one reserved virtual range whose
+ * granularity-sized pages are mapped and unmapped on demand.
+ *
+ * Design: the range is reserved once, as large as the device's memory, so a
+ * segment never moves and can grow to any size the device allows. Each page
+ * is backed by its own physical handle (cuMemCreate of one granule), mapped
+ * with its own cuMemMap, and access is granted once per contiguous run of
+ * newly mapped pages (one cuMemSetAccess per run is much cheaper than one
+ * per page). A map or unmap that fails part-way undoes what it did and
+ * leaves the segment as it was. Handles can also be passed in and taken out
+ * (page recycling moves a page's handle from one segment to another).
+ * Not thread safe: the owning pool serializes calls.
+ */
+#ifndef XSA_VMM_SEGMENT_H
+#define XSA_VMM_SEGMENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "vmm/driver.h"
+
+#define XSA_SEGMENT_MAX_ACCESS 8
+#define XSA_NO_HANDLE ((xsa_mem_handle)0)
+
+typedef struct xsa_segment {
+    xsa_driver *drv;
+    int device;
+    xsa_devptr base;
+    size_t page_size;
+    size_t max_pages;        /* reserved size / page_size */
+    size_t mapped_pages;     /* pages with a handle */
+    xsa_mem_handle *handles; /* [max_pages]; XSA_NO_HANDLE where unmapped */
+    int access[XSA_SEGMENT_MAX_ACCESS]; /* devices granted read/write; access[0] == device */
+    int n_access;
+} xsa_segment;
+
+/* Reserves max(reserve_bytes, one page) rounded up to pages of the device's
+ * granularity. */
+xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size_t reserve_bytes);
+
+/* Unmaps and releases every mapped page and frees the reservation. */
+void xsa_segment_destroy(xsa_segment *s);
+
+/* Maps pages [first, first+n), all currently unmapped. With given == NULL
+ * new handles are created; otherwise given[i] backs page first+i and stays
+ * owned by the caller if the call fails. */
+xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_mem_handle *given);
+
+/* Unmaps pages [first, first+n), all currently mapped. With taken == NULL the
+ * handles are released; otherwise they are stored in taken[0..n) and the
+ * caller owns them. On failure the pages unmapped so far are mapped back. */
+xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_handle *taken);
+
+/* Grants `peer` read/write on every mapped page now and on pages mapped later. */
+xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer);
+
+static inline bool xsa_segment_page_mapped(const xsa_segment *s, size_t page) {
+    return s->handles[page] != XSA_NO_HANDLE;
+}
+static inline xsa_devptr xsa_segment_page_addr(const xsa_segment *s, size_t page) {
+    return s->base + page * s->page_size;
+}
+static inline size_t xsa_segment_mapped_bytes(const xsa_segment *s) {
+    return s->mapped_pages * s->page_size;
+}
+
+/* Invariant checker: mapped_pages equals the count of handles, access list is
+ * sane. Returns 1 if consistent, else 0 with a sentence in err. */
+int xsa_segment_check(const xsa_segment *s, char *err, size_t errlen);
+
+#endif
