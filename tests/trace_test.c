@@ -183,6 +183,21 @@ static void test_bundled(void **state) {
     check_bundled("resnet_varbatch", 54267);
 }
 
+/* benchmarks/traces/synthetic_multistream.trace.gz: gen_trace --seed 1
+ * --events 20000 --streams 3. */
+static void test_synthetic(void **state) {
+    (void)state;
+    xsa_trace t;
+    char err[512] = "";
+    if (xsa_trace_load("benchmarks/traces/synthetic_multistream.trace.gz", &t, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(t.n_events, 20000);
+    assert_int_equal(t.n_streams, 3);
+    assert_true(t.n_records > 1000);
+    assert_true(t.n_frees > 1000);
+    xsa_trace_free(&t);
+}
+
 int main(void) {
     const char *base = getenv("TEST_TMPDIR");
     if (base) {
@@ -195,6 +210,7 @@ int main(void) {
         cmocka_unit_test(test_plain),        cmocka_unit_test(test_gzip),
         cmocka_unit_test(test_missing_file), cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_inconsistent), cmocka_unit_test(test_bundled),
+        cmocka_unit_test(test_synthetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
