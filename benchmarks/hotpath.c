@@ -1,0 +1,164 @@
+/*
+ * hotpath: time of xsalloc's malloc/free fast path, in the two patterns of
+ * benchmarks/traces/README.md, beside PyTorch's figures from there.
+ *
+ *   bazel run //benchmarks:hotpath -- [--driver sim|cuda] [--conf STR] [--ops N]
+ *
+ *   pair:  alloc 1 MiB + free on one stream, repeated (ns per pair)
+ *   slots: 64 live slots of log-uniform sizes 512 B - 64 MiB; each op frees
+ *          one slot and allocates it again (ns per op)
+ *
+ * Design: one warm-up run fills the cache, then the median of 7 timed runs.
+ * The slots pattern's sizes and slot choices come from a fixed-seed
+ * xorshift and are drawn before timing, so only xsalloc calls are timed and
+ * every run (and every allocator compared) sees the same sequence. Sizes
+ * are log-uniform per binary octave (octave uniform in 2^9..2^25, then
+ * uniform within it). Prints a table, then one JSON line last on stdout
+ * ({"driver", "conf", "ops", "pair_ns", "slots_ns"}) for scripts.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/xsalloc.h"
+
+#define RUNS 7
+#define SLOTS 64
+
+typedef struct op {
+    uint32_t slot;
+    uint32_t size;
+} op;
+
+typedef struct bench {
+    long ops;
+    op *seq;            /* slots pattern */
+    void *slot[SLOTS];
+} bench;
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static void die(const char *call, xsa_status st) {
+    fprintf(stderr, "hotpath: %s failed: %s: %s\n", call, xsa_status_name(st), xsa_last_error());
+    exit(1);
+}
+
+static void check(const char *call, xsa_status st) {
+    if (st != XSA_SUCCESS) die(call, st);
+}
+
+/* ns per alloc+free pair of 1 MiB. */
+static double run_pair(bench *b) {
+    double t0 = now_ns();
+    for (long i = 0; i < b->ops; i++) {
+        void *p;
+        xsa_status st = xsa_malloc(&p, 1 << 20, 0, NULL);
+        if (st != XSA_SUCCESS) die("xsa_malloc", st);
+        st = xsa_free(p);
+        if (st != XSA_SUCCESS) die("xsa_free", st);
+    }
+    return (now_ns() - t0) / (double)b->ops;
+}
+
+/* ns per free+alloc op on the live slots. */
+static double run_slots(bench *b) {
+    double t0 = now_ns();
+    for (long i = 0; i < b->ops; i++) {
+        void **p = &b->slot[b->seq[i].slot];
+        xsa_status st = xsa_free(*p);
+        if (st != XSA_SUCCESS) die("xsa_free", st);
+        st = xsa_malloc(p, b->seq[i].size, 0, NULL);
+        if (st != XSA_SUCCESS) die("xsa_malloc", st);
+    }
+    return (now_ns() - t0) / (double)b->ops;
+}
+
+static uint64_t xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static uint32_t draw_size(uint64_t *rng) {
+    unsigned e = 9 + (unsigned)(xorshift(rng) % 17);
+    return (uint32_t)((1u << e) + xorshift(rng) % (1u << e));
+}
+
+/* Draws the slots sequence and fills the slots with their first blocks. */
+static void setup_slots(bench *b) {
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    b->seq = malloc((size_t)b->ops * sizeof *b->seq);
+    if (!b->seq) {
+        fprintf(stderr, "hotpath: out of memory\n");
+        exit(1);
+    }
+    for (long i = 0; i < b->ops; i++) {
+        b->seq[i].slot = (uint32_t)(xorshift(&rng) % SLOTS);
+        b->seq[i].size = draw_size(&rng);
+    }
+    for (int i = 0; i < SLOTS; i++) check("xsa_malloc", xsa_malloc(&b->slot[i], draw_size(&rng), 0, NULL));
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Warm-up, then RUNS timed runs: median, with min and max. */
+static void measure(double (*fn)(bench *), bench *b, double out[3]) {
+    double t[RUNS];
+    fn(b);
+    for (int i = 0; i < RUNS; i++) t[i] = fn(b);
+    qsort(t, RUNS, sizeof *t, cmp_double);
+    out[0] = t[RUNS / 2];
+    out[1] = t[0];
+    out[2] = t[RUNS - 1];
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: hotpath [--driver sim|cuda] [--conf 'XSALLOC_CONF string'] [--ops N]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    const char *driver = NULL, *conf = NULL;
+    bench b = {.ops = 200000};
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 == argc) return usage();
+        if (strcmp(argv[i], "--driver") == 0) driver = argv[++i];
+        else if (strcmp(argv[i], "--conf") == 0) conf = argv[++i];
+        else if (strcmp(argv[i], "--ops") == 0 && (b.ops = atol(argv[++i])) > 0) continue;
+        else return usage();
+    }
+    check("xsa_use_driver", xsa_use_driver(driver));
+    check("xsa_init", xsa_init(conf));
+    const char *env = getenv("XSALLOC_CONF"), *shown = conf ? conf : env ? env : "";
+    double pair[3], slots[3];
+    measure(run_pair, &b, pair);
+    setup_slots(&b);
+    measure(run_slots, &b, slots);
+    printf("Hot path (driver %s, conf '%s', %ld ops a run, median of %d runs after a warm-up)\n\n",
+           xsa_driver_name(), shown, b.ops, RUNS);
+    printf("| %-40s | %9s | %13s | %7s | %10s | %15s |\n", "pattern", "xsalloc", "(min-max)",
+           "native", "expandable", "cudaMallocAsync");
+    printf("|%s|%s|%s|%s|%s|%s|\n", "------------------------------------------", "-----------",
+           "---------------", "---------", "------------", "-----------------");
+    printf("| %-40s | %9.0f | %5.0f - %5.0f | %7d | %10d | %15d |\n", "alloc 1 MiB + free (ns a pair)",
+           pair[0], pair[1], pair[2], 531, 788, 1658);
+    printf("| %-40s | %9.0f | %5.0f - %5.0f | %7d | %10d | %15d |\n",
+           "64 live slots, 512 B-64 MiB (ns an op)", slots[0], slots[1], slots[2], 947, 1239, 2854);
+    printf("\nPyTorch 2.11 figures on an H100 from benchmarks/traces/README.md.\n");
+    printf("{\"driver\": \"%s\", \"conf\": \"%s\", \"ops\": %ld, \"pair_ns\": %.1f, \"slots_ns\": %.1f}\n",
+           xsa_driver_name(), shown, b.ops, pair[0], slots[0]);
+    for (int i = 0; i < SLOTS; i++) check("xsa_free", xsa_free(b.slot[i]));
+    free(b.seq);
+    check("xsa_shutdown", xsa_shutdown());
+    return 0;
+}

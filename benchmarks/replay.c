@@ -1,0 +1,152 @@
+/*
+ * replay: replays one trace through xsalloc and prints one JSON line.
+ *
+ *   bazel run //benchmarks:replay -- [--driver sim|cuda] [--conf STR] [--series FILE] TRACE
+ *
+ * Design: this command line and the JSON line (the last line of stdout,
+ * fields listed in benchmarks/README.md) are a fixed interface that other
+ * tooling parses; everything else (progress, errors) goes to stderr.
+ * `bazel run` changes the working directory, so relative paths are resolved
+ * against $BUILD_WORKING_DIRECTORY when it is set.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "benchmarks/replay_lib.h"
+#include "benchmarks/trace.h"
+
+#define LONG_TRACE 100000 /* events from which progress is printed */
+
+typedef struct args {
+    const char *driver, *conf, *series, *trace;
+} args;
+
+static int usage(const char *why) {
+    fprintf(stderr, "replay: %s\nusage: replay [--driver sim|cuda] [--conf 'XSALLOC_CONF string'] "
+                    "[--series FILE] TRACE\n", why);
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i], **dst = NULL;
+        if (strcmp(s, "--driver") == 0) dst = &a->driver;
+        else if (strcmp(s, "--conf") == 0) dst = &a->conf;
+        else if (strcmp(s, "--series") == 0) dst = &a->series;
+        else if (s[0] == '-' && s[1]) return usage("unknown option");
+        else if (a->trace) return usage("one TRACE only");
+        else a->trace = s;
+        if (dst && ++i >= argc) return usage("an option needs a value");
+        if (dst) *dst = argv[i];
+    }
+    if (!a->trace) return usage("TRACE is missing");
+    if (a->driver && strcmp(a->driver, "sim") && strcmp(a->driver, "cuda"))
+        return usage("--driver is sim or cuda");
+    return 0;
+}
+
+/* A path as the user meant it from the directory `bazel run` was called in. */
+static const char *resolve(const char *path, char *buf, size_t len) {
+    const char *wd = getenv("BUILD_WORKING_DIRECTORY");
+    if (!path || path[0] == '/' || !wd || !*wd) return path;
+    snprintf(buf, len, "%s/%s", wd, path);
+    return buf;
+}
+
+/* "dir/gpt2_varlen.trace.gz" -> "gpt2_varlen" */
+static void trace_name(const char *path, char *out, size_t len) {
+    const char *base = strrchr(path, '/');
+    snprintf(out, len, "%s", base ? base + 1 : path);
+    static const char *const exts[] = {".trace.gz", ".trace", ".gz"};
+    for (size_t i = 0; i < sizeof exts / sizeof *exts; i++) {
+        size_t n = strlen(out), e = strlen(exts[i]);
+        if (n > e && strcmp(out + n - e, exts[i]) == 0) {
+            out[n - e] = '\0';
+            return;
+        }
+    }
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_json(const char *name, const char *conf, const xsa_replay_result *r) {
+    printf("{\"trace\": ");
+    json_string(name);
+    printf(", \"driver\": ");
+    json_string(r->driver);
+    printf(", \"conf\": ");
+    json_string(conf);
+    printf(", \"events\": %zu, \"peak_allocated\": %lld, \"peak_reserved\": %lld, \"ratio\": %.4f"
+           ", \"ns_per_event\": %.1f, \"create\": %llu, \"map\": %llu, \"unmap\": %llu"
+           ", \"release\": %llu, \"mem_alloc\": %llu, \"mem_free\": %llu, \"set_access\": %llu"
+           ", \"pages_recycled\": %lld, \"num_alloc_retries\": %lld, \"num_ooms\": %lld}\n",
+           r->events, (long long)r->peak_allocated, (long long)r->peak_reserved, r->ratio,
+           r->ns_per_event, (unsigned long long)r->create, (unsigned long long)r->map,
+           (unsigned long long)r->unmap, (unsigned long long)r->release,
+           (unsigned long long)r->mem_alloc, (unsigned long long)r->mem_free,
+           (unsigned long long)r->set_access, (long long)r->pages_recycled,
+           (long long)r->num_alloc_retries, (long long)r->num_ooms);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int run(const args *a, const char *trace_path, FILE *series) {
+    char err[1024], name[256];
+    xsa_trace t;
+    double t0 = now_s();
+    if (xsa_trace_load(trace_path, &t, err, sizeof err)) {
+        fprintf(stderr, "replay: %s\n", err);
+        return 1;
+    }
+    int chatty = t.n_events >= LONG_TRACE;
+    if (chatty)
+        fprintf(stderr, "replay: %s: %zu events loaded in %.2f s, replaying...\n", trace_path,
+                t.n_events, now_s() - t0);
+    xsa_replay_result r;
+    int rc = xsa_replay(&t, a->conf, a->driver, &r, series, err, sizeof err);
+    xsa_trace_free(&t);
+    if (rc) {
+        fprintf(stderr, "replay: %s: %s\n", trace_path, err);
+        return 1;
+    }
+    if (chatty) fprintf(stderr, "replay: done in %.2f s\n", now_s() - t0);
+    const char *env_conf = getenv("XSALLOC_CONF");
+    trace_name(trace_path, name, sizeof name);
+    print_json(name, a->conf ? a->conf : env_conf ? env_conf : "", &r);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    args a = {0};
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc;
+    char trace_buf[4096], series_buf[4096];
+    const char *trace_path = resolve(a.trace, trace_buf, sizeof trace_buf);
+    const char *series_path = resolve(a.series, series_buf, sizeof series_buf);
+    FILE *series = NULL;
+    if (series_path && !(series = fopen(series_path, "w"))) {
+        perror(series_path);
+        return 1;
+    }
+    rc = run(&a, trace_path, series);
+    if (series && fclose(series) != 0 && rc == 0) {
+        perror(series_path);
+        rc = 1;
+    }
+    return rc;
+}
