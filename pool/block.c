@@ -1,0 +1,47 @@
+/* pool/block: block records and their recycler (design in block.h). */
+#include "pool/block.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+xsa_block *xsa_block_new(xsa_block_cache *c) {
+    xsa_block *b = c->free_list;
+    if (b)
+        c->free_list = b->next;
+    else if (!(b = malloc(sizeof *b)))
+        return NULL;
+    memset(b, 0, sizeof *b);
+    b->mapped = true;
+    c->live++;
+    return b;
+}
+
+void xsa_block_delete(xsa_block_cache *c, xsa_block *b) {
+    free(b->stream_uses);
+    b->stream_uses = NULL;
+    b->next = c->free_list;
+    c->free_list = b;
+    c->live--;
+}
+
+void xsa_block_cache_clear(xsa_block_cache *c) {
+    while (c->free_list) {
+        xsa_block *b = c->free_list;
+        c->free_list = b->next;
+        free(b);
+    }
+}
+
+bool xsa_block_add_stream_use(xsa_block *b, xsa_stream stream) {
+    for (int i = 0; i < b->n_stream_uses; i++)
+        if (b->stream_uses[i] == stream) return true;
+    if (b->n_stream_uses == b->cap_stream_uses) {
+        int cap = b->cap_stream_uses ? 2 * b->cap_stream_uses : 4;
+        xsa_stream *grown = realloc(b->stream_uses, (size_t)cap * sizeof *grown);
+        if (!grown) return false;
+        b->stream_uses = grown;
+        b->cap_stream_uses = cap;
+    }
+    b->stream_uses[b->n_stream_uses++] = stream;
+    return true;
+}

@@ -1,0 +1,57 @@
+/*
+ * pool/block: a block is a contiguous piece of a segment: allocated, free
+ * (cached, in its pool's free set), or, in an expandable segment, unmapped.
+ * The blocks of a segment tile it exactly and are linked by prev/next in
+ * address order. Block records are recycled through a free list so that the
+ * cache-hit path never calls malloc.
+ */
+#ifndef XSA_POOL_BLOCK_H
+#define XSA_POOL_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vmm/driver.h"
+
+struct xsa_seg;
+
+typedef enum { XSA_POOL_SMALL = 0, XSA_POOL_LARGE = 1, XSA_POOL_KINDS = 2 } xsa_pool_kind;
+
+typedef struct xsa_block {
+    uintptr_t ptr;
+    size_t size;
+    size_t requested;        /* the size asked for, while allocated */
+    xsa_stream stream;       /* the stream it was allocated on; never handed to another */
+    struct xsa_seg *seg;
+    struct xsa_block *prev, *next; /* neighbours in the segment */
+    /* Free set (treap) links, or unmapped list links (left/right reused). */
+    struct xsa_block *left, *right;
+    uint32_t priority;
+    bool allocated;          /* handed out (also true while its free waits for events) */
+    bool mapped;             /* false only for unmapped ranges of expandable segments */
+    bool in_free_set;
+    int event_count;         /* record_stream events still outstanding after free */
+    uint64_t gc_base;        /* pool's free-block lookup count when it became free */
+    /* Streams that used the block besides its own (record_stream). */
+    xsa_stream *stream_uses;
+    int n_stream_uses, cap_stream_uses;
+} xsa_block;
+
+static inline bool xsa_block_is_split(const xsa_block *b) { return b->prev || b->next; }
+
+/* Recycler of block records. */
+typedef struct xsa_block_cache {
+    xsa_block *free_list; /* linked through ->next */
+    size_t live;          /* records handed out */
+} xsa_block_cache;
+
+xsa_block *xsa_block_new(xsa_block_cache *c);
+void xsa_block_delete(xsa_block_cache *c, xsa_block *b);
+void xsa_block_cache_clear(xsa_block_cache *c);
+
+/* Adds `stream` to the block's stream uses (no duplicates). Returns false if
+ * out of host memory. */
+bool xsa_block_add_stream_use(xsa_block *b, xsa_stream stream);
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * pool/check: the pool's invariant checker. Recounts everything from the
+ * blocks and compares with the free sets, the pointer map, the segments'
+ * pages, the event queues and the stats. Slow (linear), for tests.
+ */
+#include "pool/pool_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct recount {
+    int64_t allocation[XSA_POOL_KINDS], allocated_bytes[XSA_POOL_KINDS], requested_bytes[XSA_POOL_KINDS];
+    int64_t active[XSA_POOL_KINDS], active_bytes[XSA_POOL_KINDS];
+    int64_t inactive_split[XSA_POOL_KINDS], inactive_split_bytes[XSA_POOL_KINDS];
+    int64_t segment[XSA_POOL_KINDS], reserved_bytes[XSA_POOL_KINDS];
+    size_t free_blocks[XSA_POOL_KINDS], free_bytes[XSA_POOL_KINDS];
+    size_t pending_events, live_blocks, oversize_allocations, oversize_segments, blocks;
+} recount;
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, recount *c, char *err, size_t n) {
+    int k = s->kind;
+    if (b->seg != s) return fail(err, n, "block %#lx: points to another segment", (unsigned long)b->ptr);
+    if (b->size == 0 || b->size % XSA_MIN_BLOCK_SIZE) return fail(err, n, "block %#lx: size %zu", (unsigned long)b->ptr, b->size);
+    if (b->stream != s->stream) return fail(err, n, "block %#lx: stream differs from its segment's", (unsigned long)b->ptr);
+    bool pending = !b->allocated && b->event_count > 0;
+    bool free_block = !b->allocated && b->event_count == 0 && b->mapped;
+    if (b->allocated && b->event_count) return fail(err, n, "block %#lx: allocated with events", (unsigned long)b->ptr);
+    if (b->in_free_set != free_block)
+        return fail(err, n, "block %#lx: in_free_set=%d but free=%d", (unsigned long)b->ptr, b->in_free_set, free_block);
+    if (xsa_ptr_map_get(&p->allocated, b->ptr) != (b->allocated ? b : NULL))
+        return fail(err, n, "block %#lx: pointer map disagrees (allocated=%d)", (unsigned long)b->ptr, b->allocated);
+    if (!b->mapped && (b->allocated || pending)) return fail(err, n, "block %#lx: unmapped but in use", (unsigned long)b->ptr);
+    if (b->next && b->mapped == b->next->mapped && !b->mapped)
+        return fail(err, n, "block %#lx: two adjacent unmapped blocks", (unsigned long)b->ptr);
+    if (free_block && b->next && !b->next->allocated && !b->next->event_count && b->next->mapped)
+        return fail(err, n, "block %#lx: two adjacent free blocks were not merged", (unsigned long)b->ptr);
+    if (b->allocated) {
+        c->allocation[k]++;
+        c->allocated_bytes[k] += (int64_t)b->size;
+        c->requested_bytes[k] += (int64_t)b->requested;
+        if (b->size >= p->opt.max_split_size) c->oversize_allocations++;
+    }
+    if (b->allocated || pending) {
+        c->active[k]++;
+        c->active_bytes[k] += (int64_t)b->size;
+        c->live_blocks++;
+        c->pending_events += (size_t)b->event_count;
+    }
+    if (free_block) {
+        c->free_blocks[k]++;
+        c->free_bytes[k] += b->size;
+        if (xsa_block_is_split(b)) {
+            c->inactive_split[k]++;
+            c->inactive_split_bytes[k] += (int64_t)b->size;
+        }
+    }
+    return 1;
+}
+
+/* Pages of an expandable segment agree with its blocks' mapped flags. */
+static int check_pages(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, char *err, size_t n) {
+    size_t page = p->page_size;
+    size_t first = (b->ptr - s->base) / page, last = (b->ptr + b->size - 1 - s->base) / page;
+    if (!b->mapped && ((b->ptr - s->base) % page || b->size % page))
+        return fail(err, n, "unmapped block %#lx: not page aligned", (unsigned long)b->ptr);
+    for (size_t pg = first; pg <= last; pg++)
+        if (xsa_segment_page_mapped(&s->vm, pg) != b->mapped)
+            return fail(err, n, "block %#lx (mapped=%d): page %zu is %smapped", (unsigned long)b->ptr, b->mapped, pg,
+                        b->mapped ? "un" : "");
+    return 1;
+}
+
+static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *err, size_t n) {
+    if (!s->first || s->first->prev || s->first->ptr != s->base)
+        return fail(err, n, "segment %#lx: first block is not at its base", (unsigned long)s->base);
+    uintptr_t at = s->base;
+    for (const xsa_block *b = s->first; b; b = b->next) {
+        if (b->ptr != at) return fail(err, n, "segment %#lx: gap or overlap at %#lx", (unsigned long)s->base, (unsigned long)at);
+        if (b->next && b->next->prev != b) return fail(err, n, "block %#lx: next->prev broken", (unsigned long)b->ptr);
+        c->blocks++;
+        if (!check_block(p, s, b, c, err, n)) return 0;
+        if (s->expandable && !check_pages(p, s, b, err, n)) return 0;
+        if (!s->expandable && !b->mapped) return fail(err, n, "classic block %#lx unmapped", (unsigned long)b->ptr);
+        at += b->size;
+    }
+    if (at != s->base + s->size) return fail(err, n, "segment %#lx: blocks cover %zu of %zu bytes", (unsigned long)s->base, (size_t)(at - s->base), s->size);
+    size_t bytes = s->size;
+    if (s->expandable) {
+        if (!xsa_segment_check(&s->vm, err, n)) return 0;
+        bytes = xsa_segment_mapped_bytes(&s->vm);
+    } else if (s->size >= p->opt.max_split_size) {
+        c->oversize_segments++;
+    }
+    if (bytes) c->segment[s->kind]++;
+    c->reserved_bytes[s->kind] += (int64_t)bytes;
+    return 1;
+}
+
+/* In-order walk of a free set: keys increase, count and bytes match. */
+static int check_free_set(const xsa_free_set *set, int kind, const recount *c, char *err, size_t n) {
+    size_t count = 0, bytes = 0;
+    const xsa_block *prev = NULL;
+    for (const xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b)) {
+        if (prev && !((uintptr_t)prev->stream < (uintptr_t)b->stream ||
+                      (prev->stream == b->stream && (prev->size < b->size || (prev->size == b->size && prev->ptr < b->ptr)))))
+            return fail(err, n, "free set %d: out of order at %#lx", kind, (unsigned long)b->ptr);
+        if ((int)b->seg->kind != kind) return fail(err, n, "free set %d holds a block of the other pool", kind);
+        count++;
+        bytes += b->size;
+        prev = b;
+    }
+    if (count != set->count || count != c->free_blocks[kind] || bytes != set->bytes || bytes != c->free_bytes[kind])
+        return fail(err, n, "free set %d: %zu blocks/%zu bytes walked, %zu/%zu counted, %zu/%zu free in segments", kind,
+                    count, bytes, set->count, set->bytes, c->free_blocks[kind], c->free_bytes[kind]);
+    return 1;
+}
+
+static int check_stat(const char *name, const xsa_stat *by_type, const int64_t *recount_by_kind, char *err, size_t n) {
+    int64_t small = recount_by_kind[XSA_POOL_SMALL], large = recount_by_kind[XSA_POOL_LARGE];
+    if (by_type[XSA_STAT_SMALL_POOL].current != small || by_type[XSA_STAT_LARGE_POOL].current != large ||
+        by_type[XSA_STAT_ALL].current != small + large)
+        return fail(err, n, "stat %s: current %lld (small %lld, large %lld) but recount %lld (small %lld, large %lld)", name,
+                    (long long)by_type[XSA_STAT_ALL].current, (long long)by_type[XSA_STAT_SMALL_POOL].current,
+                    (long long)by_type[XSA_STAT_LARGE_POOL].current, (long long)(small + large), (long long)small,
+                    (long long)large);
+    for (int t = 0; t < XSA_STAT_TYPES; t++)
+        if (by_type[t].peak < by_type[t].current)
+            return fail(err, n, "stat %s[%d]: peak below current", name, t);
+    return 1;
+}
+
+int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
+    recount c;
+    memset(&c, 0, sizeof c);
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg)
+        if (!check_segment(p, s, &c, err, n)) return 0;
+    for (int k = 0; k < XSA_POOL_KINDS; k++)
+        if (!check_free_set(&p->free[k], k, &c, err, n)) return 0;
+    const xsa_device_stats *st = &p->stats;
+    if (!check_stat("allocation", st->allocation, c.allocation, err, n) ||
+        !check_stat("allocated_bytes", st->allocated_bytes, c.allocated_bytes, err, n) ||
+        !check_stat("requested_bytes", st->requested_bytes, c.requested_bytes, err, n) ||
+        !check_stat("active", st->active, c.active, err, n) ||
+        !check_stat("active_bytes", st->active_bytes, c.active_bytes, err, n) ||
+        !check_stat("inactive_split", st->inactive_split, c.inactive_split, err, n) ||
+        !check_stat("inactive_split_bytes", st->inactive_split_bytes, c.inactive_split_bytes, err, n) ||
+        !check_stat("segment", st->segment, c.segment, err, n) ||
+        !check_stat("reserved_bytes", st->reserved_bytes, c.reserved_bytes, err, n))
+        return 0;
+    if ((int64_t)p->reserved != st->reserved_bytes[XSA_STAT_ALL].current)
+        return fail(err, n, "reserved %zu but reserved_bytes stat %lld", p->reserved, (long long)st->reserved_bytes[XSA_STAT_ALL].current);
+    if (c.live_blocks != p->live_blocks) return fail(err, n, "live blocks %zu, recount %zu", p->live_blocks, c.live_blocks);
+    if ((size_t)(c.allocation[0] + c.allocation[1]) != p->allocated.count)
+        return fail(err, n, "pointer map holds %zu, allocated blocks %lld", p->allocated.count, (long long)(c.allocation[0] + c.allocation[1]));
+    if (c.pending_events != p->events.outstanding)
+        return fail(err, n, "blocks wait for %zu events, queues hold %zu", c.pending_events, p->events.outstanding);
+    if ((int64_t)c.oversize_allocations != st->oversize_allocations.current || (int64_t)c.oversize_segments != st->oversize_segments.current)
+        return fail(err, n, "oversize stats disagree with a recount");
+    if (p->blocks.live != c.blocks) return fail(err, n, "%zu block records live, %zu in segments", p->blocks.live, c.blocks);
+    return 1;
+}

@@ -1,0 +1,238 @@
+/*
+ * pool/expand: the pool's side of expandable segments.
+ *
+ * Each (stream, pool kind) has one segment: a reserved range as large as the
+ * device, tiled by blocks. Unmapped ranges are blocks too (mapped == false,
+ * page aligned, kept in no free set); a miss maps just the pages needed at
+ * the start of an unmapped block, merged with the free block before it.
+ * Releasing memory unmaps the whole pages inside a free block and splits the
+ * block around them; adjacent unmapped blocks merge.
+ */
+#include "pool/pool_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static xsa_seg *find_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream) {
+    for (xsa_seg *s = p->segments; s; s = s->next_seg)
+        if (s->expandable && s->kind == kind && s->stream == stream) return s;
+    return NULL;
+}
+
+static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_seg **out,
+                                      char *err, size_t errlen) {
+    xsa_seg *s = calloc(1, sizeof *s);
+    xsa_block *b = s ? xsa_block_new(&p->blocks) : NULL;
+    if (!b) {
+        free(s);
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    xsa_cu_result r = xsa_segment_init(&s->vm, p->drv, p->device, p->device_total);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_block_delete(&p->blocks, b);
+        free(s);
+        if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
+        xsa_pool_driver_error(p, "cuMemAddressReserve", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    s->kind = kind;
+    s->stream = stream;
+    s->expandable = true;
+    s->base = (uintptr_t)s->vm.base;
+    s->size = s->vm.max_pages * s->vm.page_size;
+    s->first = b;
+    b->ptr = s->base;
+    b->size = s->size;
+    b->stream = stream;
+    b->seg = s;
+    b->mapped = false;
+    xsa_pool_link_segment(p, s);
+    *out = s;
+    return XSA_POOL_OK;
+}
+
+static bool is_free_mapped(const xsa_block *b) { return b && b->mapped && !b->allocated && b->event_count == 0; }
+
+/* Bytes a request could get from unmapped block u: u plus the free blocks
+ * on both sides (the one after only once u is mapped whole). */
+static size_t room(const xsa_block *u) {
+    return u->size + (is_free_mapped(u->prev) ? u->prev->size : 0) + (is_free_mapped(u->next) ? u->next->size : 0);
+}
+
+/* Best fit among the segment's unmapped blocks, ties to the lowest address. */
+static xsa_block *find_unmapped(const xsa_seg *s, size_t size) {
+    xsa_block *best = NULL;
+    for (xsa_block *b = s->first; b; b = b->next)
+        if (!b->mapped && room(b) >= size && (!best || room(b) < room(best))) best = b;
+    return best;
+}
+
+/* Removes free block `gone` (a neighbour of keep) and extends keep over it. */
+static void absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
+    if (gone->mapped) xsa_pool_erase_free(p, gone);
+    if (gone == keep->prev) {
+        keep->ptr = gone->ptr;
+        keep->prev = gone->prev;
+        if (keep->prev) keep->prev->next = keep;
+    } else {
+        keep->next = gone->next;
+        if (keep->next) keep->next->prev = keep;
+    }
+    keep->size += gone->size;
+    xsa_fix_first(keep);
+    xsa_block_delete(&p->blocks, gone);
+}
+
+/* Inserts a new block of `size` bytes at the start of b, taking them from b. */
+static xsa_block *carve_front(xsa_pool *p, xsa_block *b, size_t size) {
+    xsa_block *front = xsa_block_new(&p->blocks);
+    if (!front) return NULL;
+    front->ptr = b->ptr;
+    front->size = size;
+    front->stream = b->stream;
+    front->seg = b->seg;
+    front->mapped = b->mapped;
+    front->prev = b->prev;
+    if (front->prev) front->prev->next = front;
+    front->next = b;
+    b->prev = front;
+    b->ptr += size;
+    b->size -= size;
+    xsa_fix_first(front);
+    return front;
+}
+
+/* Called after pages were mapped (sign +1) or unmapped (-1). */
+static void account_mapped(xsa_pool *p, xsa_seg *s, size_t pages, int sign) {
+    size_t bytes = pages * p->page_size;
+    bool crossed_empty = s->vm.mapped_pages == (sign > 0 ? pages : 0);
+    p->reserved = sign > 0 ? p->reserved + bytes : p->reserved - bytes;
+    xsa_stats_update(p->stats.reserved_bytes, s->kind, sign * (int64_t)bytes);
+    /* A segment counts while it has mapped memory. */
+    if (crossed_empty) xsa_stats_update(p->stats.segment, s->kind, sign);
+    if (sign > 0) {
+        p->stats.num_device_alloc++;
+        p->stats.num_pages_mapped += (int64_t)pages;
+    } else {
+        p->stats.num_device_free++;
+        p->stats.num_pages_unmapped += (int64_t)pages;
+    }
+}
+
+xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                 xsa_block **out, char *err, size_t errlen) {
+    xsa_seg *s = find_segment(p, kind, stream);
+    if (!s) {
+        xsa_pool_status st = create_segment(p, kind, stream, &s, err, errlen);
+        if (st != XSA_POOL_OK) return st;
+    }
+    xsa_block *u = find_unmapped(s, size);
+    if (!u) return XSA_POOL_OOM; /* the reservation is as large as the device */
+    xsa_block *before = is_free_mapped(u->prev) ? u->prev : NULL;
+    size_t have = before ? before->size : 0;
+    /* have >= size only when the oversize rules refused `before`: still map a page. */
+    size_t need = size > have ? size - have : 1;
+    size_t bytes = (need + p->page_size - 1) / p->page_size * p->page_size;
+    if (bytes > u->size) bytes = u->size; /* the free block after u makes up the rest */
+    size_t pages = bytes / p->page_size;
+    if (p->reserved + bytes > p->allowed_max) return XSA_POOL_OOM;
+    /* Take the block record before mapping, so nothing can fail after. */
+    xsa_block *m = bytes < u->size ? carve_front(p, u, bytes) : u;
+    if (!m) {
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    xsa_cu_result r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, NULL);
+    if (r != XSA_CU_SUCCESS) {
+        if (m != u) absorb(p, u, m); /* give the carved range back to u */
+        if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
+        xsa_pool_driver_error(p, "mapping pages (cuMemCreate/cuMemMap/cuMemSetAccess)", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    m->mapped = true;
+    account_mapped(p, s, pages, +1);
+    if (before) absorb(p, m, before);
+    if (is_free_mapped(m->next)) absorb(p, m, m->next);
+    *out = m;
+    return XSA_POOL_OK;
+}
+
+/* Merges unmapped block u with unmapped neighbours. */
+static void merge_unmapped(xsa_pool *p, xsa_block *u) {
+    if (u->prev && !u->prev->mapped) absorb(p, u, u->prev);
+    if (u->next && !u->next->mapped) absorb(p, u, u->next);
+}
+
+xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
+    xsa_seg *s = b->seg;
+    size_t page = p->page_size;
+    size_t first = (b->ptr - s->base + page - 1) / page;
+    size_t end = (b->ptr + b->size - s->base) / page;
+    if (end <= first) return XSA_POOL_OK; /* no whole page inside */
+    uintptr_t lo = s->base + first * page, hi = s->base + end * page;
+    /* Records for the pieces around the pages, taken before unmapping. */
+    xsa_block *head = NULL, *tail = NULL;
+    if (lo > b->ptr && !(head = xsa_block_new(&p->blocks))) goto host_oom;
+    if (hi < b->ptr + b->size && !(tail = xsa_block_new(&p->blocks))) goto host_oom;
+    xsa_pool_erase_free(p, b);
+    xsa_cu_result r = xsa_segment_unmap(&s->vm, first, end - first, NULL);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_insert_free(p, b);
+        if (head) xsa_block_delete(&p->blocks, head);
+        if (tail) xsa_block_delete(&p->blocks, tail);
+        xsa_pool_driver_error(p, "cuMemUnmap", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    account_mapped(p, s, end - first, -1);
+    uintptr_t b_end = b->ptr + b->size;
+    if (head) {
+        head->ptr = b->ptr;
+        head->size = lo - b->ptr;
+        head->stream = b->stream;
+        head->seg = s;
+        head->prev = b->prev;
+        if (head->prev) head->prev->next = head;
+        head->next = b;
+        b->prev = head;
+        xsa_fix_first(head);
+    }
+    if (tail) {
+        tail->ptr = hi;
+        tail->size = b_end - hi;
+        tail->stream = b->stream;
+        tail->seg = s;
+        tail->next = b->next;
+        if (tail->next) tail->next->prev = tail;
+        tail->prev = b;
+        b->next = tail;
+    }
+    b->ptr = lo;
+    b->size = hi - lo;
+    b->mapped = false;
+    /* The pieces are inserted once their neighbours are final, so that the
+     * inactive_split accounting sees them as they stay. */
+    if (head) xsa_pool_insert_free(p, head);
+    if (tail) xsa_pool_insert_free(p, tail);
+    merge_unmapped(p, b);
+    return XSA_POOL_OK;
+
+host_oom:
+    if (head) xsa_block_delete(&p->blocks, head);
+    snprintf(err, errlen, "device %d: out of host memory", p->device);
+    return XSA_POOL_HOST_OOM;
+}
+
+void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
+    size_t pages = s->vm.mapped_pages;
+    xsa_segment_destroy(&s->vm);
+    if (pages) account_mapped(p, s, pages, -1);
+    for (xsa_block *b = s->first; b;) {
+        xsa_block *next = b->next;
+        if (b->in_free_set) xsa_pool_erase_free(p, b);
+        xsa_block_delete(&p->blocks, b);
+        b = next;
+    }
+    xsa_pool_unlink_segment(p, s);
+    free(s);
+}

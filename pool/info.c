@@ -1,0 +1,31 @@
+/* pool/info: read-only queries and the memory fraction. */
+#include "pool/pool_internal.h"
+
+
+void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest) {
+    size_t total = 0, big = 0;
+    for (int k = 0; k < XSA_POOL_KINDS; k++) {
+        total += p->free[k].bytes;
+        for (xsa_block *b = xsa_free_set_first(&p->free[k]); b; b = xsa_free_set_next(&p->free[k], b))
+            if (b->size > big) big = b->size;
+    }
+    if (cached_free) *cached_free = total;
+    if (largest) *largest = big;
+}
+
+xsa_pool_status xsa_pool_base_allocation(xsa_pool *p, void *ptr, void **base, size_t *size) {
+    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
+    if (!b) return XSA_POOL_BAD_POINTER;
+    /* The mapped run around the block: the whole segment when classic. */
+    xsa_block *lo = b, *hi = b;
+    while (lo->prev && lo->prev->mapped) lo = lo->prev;
+    while (hi->next && hi->next->mapped) hi = hi->next;
+    *base = (void *)lo->ptr;
+    *size = hi->ptr + hi->size - lo->ptr;
+    return XSA_POOL_OK;
+}
+
+void xsa_pool_set_memory_fraction(xsa_pool *p, double fraction) {
+    p->opt.memory_fraction = fraction;
+    p->allowed_max = (size_t)(fraction * (double)p->device_total);
+}

@@ -1,0 +1,434 @@
+/* pool: malloc, free and record_stream (design in pool.h). */
+#include "pool/pool_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- rounding (PyTorch's round_size / get_allocation_size) ---- */
+
+static size_t floor_log2(size_t x) { return 63u - (size_t)__builtin_clzll((unsigned long long)x); }
+
+static size_t roundup_divisions(const xsa_pool_options *opt, size_t size) {
+    /* Intervals start at 1 MiB (2^20); the last one covers everything above. */
+    size_t log_size = floor_log2(size);
+    size_t index = log_size > 20 ? log_size - 20 : 0;
+    if (index > XSA_ROUNDUP_INTERVALS - 1) index = XSA_ROUNDUP_INTERVALS - 1;
+    return opt->roundup_power2_divisions[index];
+}
+
+/* Rounds up to the next of `divisions` equal steps between two powers of two. */
+static size_t round_to_division(size_t size, size_t divisions) {
+    if ((size & (size - 1)) == 0) return size;
+    size_t floor_pow2 = (size_t)1 << floor_log2(size);
+    size_t step = floor_pow2 >> floor_log2(divisions);
+    if (step == 0) return floor_pow2 << 1;
+    size_t floor_step = size & ~(step - 1);
+    return floor_step == size ? size : floor_step + step;
+}
+
+size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size) {
+    if (size < XSA_MIN_BLOCK_SIZE) return XSA_MIN_BLOCK_SIZE;
+    size_t divisions = roundup_divisions(opt, size);
+    if (divisions > 1 && size > XSA_MIN_BLOCK_SIZE * divisions) return round_to_division(size, divisions);
+    return XSA_MIN_BLOCK_SIZE * ((size + XSA_MIN_BLOCK_SIZE - 1) / XSA_MIN_BLOCK_SIZE);
+}
+
+static size_t allocation_size(size_t size) {
+    if (size <= XSA_SMALL_SIZE) return XSA_SMALL_BUFFER;
+    if (size < XSA_MIN_LARGE_ALLOC) return XSA_LARGE_BUFFER;
+    return XSA_ROUND_LARGE * ((size + XSA_ROUND_LARGE - 1) / XSA_ROUND_LARGE);
+}
+
+/* ---- helpers shared with the other pool files ---- */
+
+void xsa_pool_driver_error(xsa_pool *p, const char *call, xsa_cu_result r, char *err, size_t errlen) {
+    snprintf(err, errlen, "device %d: %s failed: %s (CUresult %d)", p->device, call, p->drv->error_string(r), r);
+}
+
+void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s) {
+    s->prev_seg = NULL;
+    s->next_seg = p->segments;
+    if (p->segments) p->segments->prev_seg = s;
+    p->segments = s;
+}
+
+void xsa_pool_unlink_segment(xsa_pool *p, xsa_seg *s) {
+    if (s->prev_seg)
+        s->prev_seg->next_seg = s->next_seg;
+    else
+        p->segments = s->next_seg;
+    if (s->next_seg) s->next_seg->prev_seg = s->prev_seg;
+}
+
+static void adjust_inactive_split(xsa_pool *p, xsa_block *b, int sign) {
+    if (!xsa_block_is_split(b)) return;
+    xsa_stats_update(p->stats.inactive_split, b->seg->kind, sign);
+    xsa_stats_update(p->stats.inactive_split_bytes, b->seg->kind, sign * (int64_t)b->size);
+}
+
+void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
+    b->gc_base = p->free_lookups[b->seg->kind];
+    xsa_free_set_insert(&p->free[b->seg->kind], b);
+    adjust_inactive_split(p, b, +1);
+}
+
+void xsa_pool_erase_free(xsa_pool *p, xsa_block *b) {
+    adjust_inactive_split(p, b, -1);
+    xsa_free_set_erase(&p->free[b->seg->kind], b);
+}
+
+/* ---- create / destroy ---- */
+
+xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, const xsa_pool_options *opt,
+                                const char **warning, char *err, size_t errlen) {
+    xsa_pool *p = calloc(1, sizeof *p);
+    if (!p || !xsa_ptr_map_init(&p->allocated)) {
+        free(p);
+        snprintf(err, errlen, "device %d: out of host memory creating the pool", device);
+        return XSA_POOL_HOST_OOM;
+    }
+    p->drv = drv;
+    p->device = device;
+    p->opt = *opt;
+    xsa_events_init(&p->events, drv, device);
+    xsa_cu_result r = XSA_DRV(drv, device_total_mem, &p->device_total, device);
+    const char *call = "cuDeviceTotalMem";
+    if (r == XSA_CU_SUCCESS) {
+        call = "cuMemGetAllocationGranularity";
+        r = XSA_DRV(drv, mem_get_granularity, &p->page_size, device, 0);
+    }
+    int vmm = 0;
+    if (r == XSA_CU_SUCCESS && opt->expandable_segments) {
+        call = "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)";
+        r = XSA_DRV(drv, device_get_attribute, &vmm, XSA_ATTR_VMM_SUPPORTED, device);
+    }
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_driver_error(p, call, r, err, errlen);
+        xsa_ptr_map_destroy(&p->allocated);
+        free(p);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    p->expandable = opt->expandable_segments && vmm;
+    if (opt->expandable_segments && !vmm && warning)
+        *warning = "this device does not support virtual memory management: expandable_segments falls back to classic segments";
+    p->allowed_max = (size_t)(opt->memory_fraction * (double)p->device_total);
+    *out = p;
+    return XSA_POOL_OK;
+}
+
+static void free_segment_blocks(xsa_pool *p, xsa_seg *s) {
+    for (xsa_block *b = s->first; b;) {
+        xsa_block *next = b->next;
+        xsa_block_delete(&p->blocks, b);
+        b = next;
+    }
+}
+
+void xsa_pool_destroy(xsa_pool *p) {
+    /* Events go first: they may refer to blocks. */
+    xsa_events_destroy(&p->events);
+    while (p->segments) {
+        xsa_seg *s = p->segments;
+        xsa_pool_unlink_segment(p, s);
+        if (s->expandable)
+            xsa_segment_destroy(&s->vm);
+        else
+            XSA_DRV(p->drv, mem_free, s->base);
+        free_segment_blocks(p, s);
+        free(s);
+    }
+    xsa_block_cache_clear(&p->blocks);
+    xsa_ptr_map_destroy(&p->allocated);
+    free(p);
+}
+
+/* ---- finding and carving blocks ---- */
+
+static size_t expandable_size(const xsa_block *b) {
+    return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+}
+
+/* PyTorch's get_free_block: best fit on (stream, size), with the oversize
+ * rules, and for expandable segments the size a block could grow to. */
+static xsa_block *get_free_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
+    xsa_free_set *set = &p->free[kind];
+    if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
+    xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
+    if (!b || b->stream != stream) return NULL;
+    while (b->seg->expandable) {
+        xsa_block *next = xsa_free_set_next(set, b);
+        if (!next || next->stream != stream || expandable_size(next) >= expandable_size(b)) break;
+        b = next;
+    }
+    size_t max_split = p->opt.max_split_size;
+    if (size < max_split && b->size >= max_split) return NULL;
+    if (size >= max_split && b->size >= size + p->opt.max_non_split_rounding) return NULL;
+    xsa_pool_erase_free(p, b);
+    return b;
+}
+
+static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
+    size_t remaining = b->size - size;
+    if (b->seg->kind == XSA_POOL_SMALL || p->expandable) return remaining >= XSA_MIN_BLOCK_SIZE;
+    return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
+}
+
+/* Hands out `size` bytes at the start of free block b (not in the free set),
+ * returning the remainder to the free set. NULL only if out of host memory,
+ * in which case b is back in the free set. */
+static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
+    xsa_pool_kind kind = b->seg->kind;
+    if (should_split(p, b, size)) {
+        xsa_block *front = xsa_block_new(&p->blocks);
+        if (!front) {
+            xsa_pool_insert_free(p, b);
+            return NULL;
+        }
+        front->ptr = b->ptr;
+        front->size = size;
+        front->stream = b->stream;
+        front->seg = b->seg;
+        front->prev = b->prev;
+        if (front->prev) front->prev->next = front;
+        front->next = b;
+        b->prev = front;
+        b->ptr += size;
+        b->size -= size;
+        xsa_fix_first(front);
+        xsa_pool_insert_free(p, b);
+        b = front;
+    }
+    b->allocated = true;
+    b->requested = requested;
+    xsa_ptr_map_insert(&p->allocated, b->ptr, b); /* room was reserved */
+    p->live_blocks++;
+    xsa_stats_update(p->stats.allocation, kind, 1);
+    xsa_stats_update(p->stats.allocated_bytes, kind, (int64_t)b->size);
+    xsa_stats_update(p->stats.active, kind, 1);
+    xsa_stats_update(p->stats.active_bytes, kind, (int64_t)b->size);
+    xsa_stats_update(p->stats.requested_bytes, kind, (int64_t)requested);
+    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, 1);
+    return b;
+}
+
+/* ---- new device memory ---- */
+
+/* A classic segment: one cuMemAlloc, one block covering it. */
+static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                     xsa_block **out, char *err, size_t errlen) {
+    xsa_seg *s = calloc(1, sizeof *s);
+    xsa_block *b = s ? xsa_block_new(&p->blocks) : NULL;
+    if (!b) {
+        free(s);
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    xsa_devptr ptr = 0;
+    xsa_cu_result r = XSA_DRV(p->drv, mem_alloc, &ptr, size, p->device);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_block_delete(&p->blocks, b);
+        free(s);
+        if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
+        xsa_pool_driver_error(p, "cuMemAlloc", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    s->kind = kind;
+    s->stream = stream;
+    s->base = (uintptr_t)ptr;
+    s->size = size;
+    s->first = b;
+    xsa_pool_link_segment(p, s);
+    b->ptr = (uintptr_t)ptr;
+    b->size = size;
+    b->stream = stream;
+    b->seg = s;
+    p->reserved += size;
+    xsa_stats_update(p->stats.segment, kind, 1);
+    xsa_stats_update(p->stats.reserved_bytes, kind, (int64_t)size);
+    if (size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_segments, 1);
+    p->stats.num_device_alloc++;
+    *out = b;
+    return XSA_POOL_OK;
+}
+
+/* PyTorch's alloc_block: new memory for a request of `size` (block size)
+ * whose classic segment would be `alloc_size`. */
+static xsa_pool_status alloc_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size, bool retry,
+                                   xsa_block **out, char *err, size_t errlen) {
+    if (retry) p->stats.num_alloc_retries++;
+    if (p->expandable) return xsa_expand_alloc(p, kind, stream, size, out, err, errlen);
+    size_t alloc_size = allocation_size(size);
+    if (p->reserved + alloc_size > p->allowed_max) return XSA_POOL_OOM;
+    return alloc_classic(p, kind, stream, alloc_size, out, err, errlen);
+}
+
+static void format_bytes(char *buf, size_t len, size_t bytes) {
+    if (bytes < 1024)
+        snprintf(buf, len, "%zu bytes", bytes);
+    else if (bytes < ((size_t)1 << 20))
+        snprintf(buf, len, "%.2f KiB", bytes / 1024.0);
+    else if (bytes < ((size_t)1 << 30))
+        snprintf(buf, len, "%.2f MiB", bytes / 1048576.0);
+    else
+        snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
+}
+
+static void oom_report(xsa_pool *p, size_t requested, char *err, size_t errlen) {
+    size_t free_bytes = 0, total = 0;
+    XSA_DRV(p->drv, mem_get_info, p->device, &free_bytes, &total);
+    size_t allocated = (size_t)p->stats.allocated_bytes[XSA_STAT_ALL].current;
+    char req[32], tot[32], fre[32], alc[32], res[32], unal[32], cap[32];
+    format_bytes(req, sizeof req, requested);
+    format_bytes(tot, sizeof tot, total);
+    format_bytes(fre, sizeof fre, free_bytes);
+    format_bytes(alc, sizeof alc, allocated);
+    format_bytes(res, sizeof res, p->reserved);
+    format_bytes(unal, sizeof unal, p->reserved - allocated);
+    format_bytes(cap, sizeof cap, p->allowed_max);
+    snprintf(err, errlen,
+             "out of memory: tried to allocate %s on device %d, which has a total capacity of %s of which %s is "
+             "free. xsalloc has %s allocated and %s reserved, %s of it reserved but unallocated%s%s. If reserved "
+             "but unallocated memory is large, set max_split_size_mb in XSALLOC_CONF to limit splitting of large "
+             "blocks, or expandable_segments:True to avoid fragmentation.",
+             req, p->device, tot, fre, alc, res, unal, p->opt.memory_fraction < 1.0 ? "; the memory fraction caps reserved memory at " : "",
+             p->opt.memory_fraction < 1.0 ? cap : "");
+}
+
+static void block_done(void *ctx, xsa_block *b) { xsa_pool_free_block(ctx, b); }
+
+/* The miss path: PyTorch's order of fallbacks. */
+static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                     xsa_block **out, char *err, size_t errlen) {
+    if (p->opt.garbage_collection_threshold > 0) xsa_garbage_collect(p);
+    xsa_pool_status st = alloc_block(p, kind, stream, size, false, out, err, errlen);
+    if (st != XSA_POOL_OOM) return st;
+    if (xsa_release_available(p, kind, stream, size)) {
+        st = alloc_block(p, kind, stream, size, false, out, err, errlen);
+        if (st != XSA_POOL_OOM) return st;
+    }
+    st = xsa_release_cached(p, err, errlen);
+    if (st != XSA_POOL_OK) return st;
+    return alloc_block(p, kind, stream, size, true, out, err, errlen);
+}
+
+xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen) {
+    if (size > p->device_total) {
+        /* Larger than the device: rounding could overflow, and no retry helps. */
+        p->stats.num_ooms++;
+        oom_report(p, size, err, errlen);
+        return XSA_POOL_OOM;
+    }
+    if (!xsa_ptr_map_reserve_one(&p->allocated)) {
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    xsa_events_poll(&p->events, block_done, p);
+    size_t rounded = xsa_pool_round_size(&p->opt, size);
+    xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
+    xsa_block *b = get_free_block(p, kind, stream, rounded);
+    if (!b) {
+        xsa_pool_status st = alloc_on_miss(p, kind, stream, rounded, &b, err, errlen);
+        if (st == XSA_POOL_OOM) {
+            p->stats.num_ooms++;
+            oom_report(p, size, err, errlen);
+        }
+        if (st != XSA_POOL_OK) return st;
+    }
+    xsa_block *a = alloc_found_block(p, b, rounded, size);
+    if (!a) {
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    *out = (void *)a->ptr;
+    return XSA_POOL_OK;
+}
+
+/* ---- free ---- */
+
+/* Merges free block src into dst (dst's neighbour), if src is free. */
+static void try_merge(xsa_pool *p, xsa_block *dst, xsa_block *src) {
+    if (!src || src->allocated || src->event_count > 0 || !src->mapped) return;
+    xsa_pool_erase_free(p, src);
+    if (dst->prev == src) {
+        dst->ptr = src->ptr;
+        dst->prev = src->prev;
+        if (dst->prev) dst->prev->next = dst;
+    } else {
+        dst->next = src->next;
+        if (dst->next) dst->next->prev = dst;
+    }
+    dst->size += src->size;
+    xsa_fix_first(dst);
+    xsa_block_delete(&p->blocks, src);
+}
+
+void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
+    size_t original = b->size;
+    xsa_pool_kind kind = b->seg->kind;
+    try_merge(p, b, b->prev);
+    try_merge(p, b, b->next);
+    xsa_pool_insert_free(p, b);
+    p->live_blocks--;
+    xsa_stats_update(p->stats.active, kind, -1);
+    xsa_stats_update(p->stats.active_bytes, kind, -(int64_t)original);
+}
+
+/* The allocation that contains ptr, for error messages (slow path). */
+static const xsa_block *block_containing(const xsa_pool *p, uintptr_t ptr) {
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if (ptr < s->base || ptr >= s->base + s->size) continue;
+        for (const xsa_block *b = s->first; b; b = b->next)
+            if (ptr >= b->ptr && ptr < b->ptr + b->size) return b;
+    }
+    return NULL;
+}
+
+static xsa_pool_status bad_pointer(const xsa_pool *p, const char *what, void *ptr, char *err, size_t errlen) {
+    const xsa_block *b = block_containing(p, (uintptr_t)ptr);
+    if (b && b->allocated && b->ptr != (uintptr_t)ptr)
+        snprintf(err, errlen, "%s(%p): pointer is inside the allocation at %#lx (size %zu) on device %d, not its start",
+                 what, ptr, (unsigned long)b->ptr, b->size, p->device);
+    else if (b)
+        snprintf(err, errlen, "%s(%p): pointer is not allocated on device %d (already freed?)", what, ptr, p->device);
+    else
+        snprintf(err, errlen, "%s(%p): pointer was not allocated by xsalloc on device %d", what, ptr, p->device);
+    return XSA_POOL_BAD_POINTER;
+}
+
+xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
+    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
+    if (!b) return bad_pointer(p, "free", ptr, err, errlen);
+    if (b->n_stream_uses > 0) {
+        const char *call = "";
+        xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
+        if (r != XSA_CU_SUCCESS) {
+            xsa_pool_driver_error(p, call, r, err, errlen);
+            return XSA_POOL_DRIVER_ERROR;
+        }
+    }
+    xsa_ptr_map_remove(&p->allocated, b->ptr);
+    xsa_pool_kind kind = b->seg->kind;
+    b->allocated = false;
+    xsa_stats_update(p->stats.allocation, kind, -1);
+    xsa_stats_update(p->stats.allocated_bytes, kind, -(int64_t)b->size);
+    xsa_stats_update(p->stats.requested_bytes, kind, -(int64_t)b->requested);
+    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
+    if (b->event_count == 0) xsa_pool_free_block(p, b);
+    return XSA_POOL_OK;
+}
+
+xsa_pool_status xsa_pool_record_stream(xsa_pool *p, void *ptr, xsa_stream stream, char *err, size_t errlen) {
+    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
+    if (!b) return bad_pointer(p, "record_stream", ptr, err, errlen);
+    if (stream == b->stream) return XSA_POOL_OK; /* uses on the allocation stream need no event */
+    if (!xsa_block_add_stream_use(b, stream)) {
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    return XSA_POOL_OK;
+}
+
+bool xsa_pool_owns(const xsa_pool *p, void *ptr) { return xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr) != NULL; }
+
+size_t xsa_pool_live_blocks(const xsa_pool *p) { return p->live_blocks; }

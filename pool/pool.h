@@ -1,0 +1,81 @@
+/*
+ * pool: one device's caching allocator, with the semantics of PyTorch's
+ * CUDACachingAllocator (DeviceCachingAllocator) on top of vmm segments.
+ *
+ * Design: requests are rounded (round_size) and served from the small
+ * (<= 1 MiB) or large pool's free set by best fit on (stream, size,
+ * address), splitting the block found when should_split says so. On a miss:
+ * garbage collection (when configured), new device memory, release of
+ * cached oversize blocks and retry, release of everything cached (events
+ * synchronized first) and retry, then out-of-memory with PyTorch's report.
+ * New memory is a cuMemAlloc segment (classic) or, with expandable
+ * segments, pages mapped at the free end of the one expandable segment of
+ * (stream, pool kind), merged with the free block before them. Freed blocks
+ * merge with free neighbours; a block used on other streams
+ * (record_stream) returns to the cache only when events recorded on those
+ * streams at free time have completed (polled on each malloc, waited for
+ * when the cache is released). Stats follow PyTorch's names and definitions.
+ *
+ * Not thread safe: the caller (api/) holds the device's lock. The pool uses
+ * the public stats struct of api/xsalloc.h as its type (no calls go back to
+ * api/).
+ */
+#ifndef XSA_POOL_POOL_H
+#define XSA_POOL_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api/xsalloc.h"
+#include "pool/options.h"
+#include "vmm/driver.h"
+
+typedef enum {
+    XSA_POOL_OK = 0,
+    XSA_POOL_OOM,           /* err holds the out-of-memory report */
+    XSA_POOL_BAD_POINTER,   /* not a live allocation of this pool */
+    XSA_POOL_DRIVER_ERROR,  /* err names the call and the driver's error */
+    XSA_POOL_HOST_OOM,      /* host malloc failed */
+    XSA_POOL_INVALID,       /* bad argument */
+} xsa_pool_status;
+
+typedef struct xsa_pool xsa_pool;
+
+/* Creates the pool of `device`. If the device cannot do virtual memory
+ * management, expandable segments fall back to classic and *warning (if not
+ * NULL) is set to a sentence to print once. */
+xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, const xsa_pool_options *opt,
+                                const char **warning, char *err, size_t errlen);
+/* Returns all memory to the driver, live allocations included. */
+void xsa_pool_destroy(xsa_pool *p);
+
+xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen);
+xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen);
+xsa_pool_status xsa_pool_record_stream(xsa_pool *p, void *ptr, xsa_stream stream, char *err, size_t errlen);
+/* Is ptr the start of a live allocation of this pool? */
+bool xsa_pool_owns(const xsa_pool *p, void *ptr);
+
+/* Releases every cached block's memory (synchronizing pending events). */
+xsa_pool_status xsa_pool_empty_cache(xsa_pool *p, char *err, size_t errlen);
+void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest);
+/* Base and size of the allocation unit holding ptr: a cuMemAlloc segment, or
+ * the mapped run of an expandable segment around ptr. */
+xsa_pool_status xsa_pool_base_allocation(xsa_pool *p, void *ptr, void **base, size_t *size);
+void xsa_pool_set_memory_fraction(xsa_pool *p, double fraction);
+
+void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out);
+void xsa_pool_reset_peak_stats(xsa_pool *p);
+void xsa_pool_reset_accumulated_stats(xsa_pool *p);
+/* Live allocations (allocated, or freed and waiting for events). */
+size_t xsa_pool_live_blocks(const xsa_pool *p);
+
+/* PyTorch's round_size: the block size a request of `size` bytes gets. */
+size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size);
+
+/* Invariant checker: blocks tile every segment, the free sets hold exactly
+ * the free mapped blocks, the pointer map holds exactly the allocated ones,
+ * stats equal a recount, segment pages agree with block mapping. Returns 1,
+ * or 0 with the first disagreement in err. */
+int xsa_pool_check(const xsa_pool *p, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * pool/pool_internal: the pool's state, shared by its source files
+ * (pool.c: malloc/free; expand.c: expandable segments; release.c: giving
+ * memory back; stats.c; check.c). Not part of the pool's interface.
+ */
+#ifndef XSA_POOL_INTERNAL_H
+#define XSA_POOL_INTERNAL_H
+
+#include "pool/block.h"
+#include "pool/events.h"
+#include "pool/free_set.h"
+#include "pool/pool.h"
+#include "pool/ptr_map.h"
+#include "vmm/segment.h"
+
+/* PyTorch's constants. */
+#define XSA_MIN_BLOCK_SIZE ((size_t)512)
+#define XSA_SMALL_SIZE ((size_t)1 << 20)        /* largest small request */
+#define XSA_SMALL_BUFFER ((size_t)2 << 20)      /* small segment */
+#define XSA_LARGE_BUFFER ((size_t)20 << 20)     /* segment for 1-10 MiB misses */
+#define XSA_MIN_LARGE_ALLOC ((size_t)10 << 20)
+#define XSA_ROUND_LARGE ((size_t)2 << 20)
+
+/* A segment: a cuMemAlloc'd range (classic), or the reserved range of an
+ * expandable segment (one per stream and pool kind). */
+typedef struct xsa_seg {
+    xsa_pool_kind kind;
+    xsa_stream stream;
+    bool expandable;
+    uintptr_t base;
+    size_t size;               /* classic: allocation size; expandable: reserved */
+    xsa_block *first;          /* lowest-address block */
+    xsa_segment vm;            /* expandable only */
+    struct xsa_seg *prev_seg, *next_seg;
+} xsa_seg;
+
+struct xsa_pool {
+    xsa_driver *drv;
+    int device;
+    xsa_pool_options opt;
+    bool expandable;           /* effective (false when the device lacks VMM) */
+    size_t device_total;
+    size_t allowed_max;        /* memory fraction * device_total */
+    size_t page_size;
+    size_t reserved;           /* bytes mapped or cuMemAlloc'd (PyTorch's total_allocated_memory) */
+    xsa_free_set free[XSA_POOL_KINDS];
+    uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
+    xsa_ptr_map allocated;
+    xsa_block_cache blocks;
+    xsa_events events;
+    xsa_seg *segments;
+    size_t live_blocks;        /* allocated or pending free */
+    xsa_device_stats stats;
+};
+
+/* Which stats a pool kind updates: all + its own. */
+void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount);
+void xsa_stat_update(xsa_stat *stat, int64_t amount);
+
+/* Free-set membership with the inactive_split accounting it implies. */
+void xsa_pool_insert_free(xsa_pool *p, xsa_block *b);
+void xsa_pool_erase_free(xsa_pool *p, xsa_block *b);
+
+/* Returns a freed block (no pending events) to its pool, merging it with
+ * free neighbours. */
+void xsa_pool_free_block(xsa_pool *p, xsa_block *b);
+
+/* Sets seg->first if b has become the segment's first block. */
+static inline void xsa_fix_first(xsa_block *b) {
+    if (!b->prev) b->seg->first = b;
+}
+
+/* expand.c */
+xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                 xsa_block **out, char *err, size_t errlen);
+/* Unmaps the whole pages inside free block b, splitting it around them. */
+xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
+void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
+
+/* release.c */
+xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen);
+bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size);
+void xsa_garbage_collect(xsa_pool *p);
+void xsa_release_classic_block(xsa_pool *p, xsa_block *b);
+
+/* Segment list. */
+void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s);
+void xsa_pool_unlink_segment(xsa_pool *p, xsa_seg *s);
+
+/* Writes "<call> failed: <driver's text>" into err. */
+void xsa_pool_driver_error(xsa_pool *p, const char *call, xsa_cu_result r, char *err, size_t errlen);
+
+#endif

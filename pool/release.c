@@ -1,0 +1,142 @@
+/*
+ * pool/release: giving cached memory back to the driver, as PyTorch does:
+ * whole unsplit classic segments are freed, expandable segments unmap the
+ * whole pages of their free blocks. Three callers: the OOM fallbacks
+ * (release cached oversize blocks of the stream; release everything after
+ * synchronizing events), garbage collection of the oldest cached blocks,
+ * and empty_cache.
+ */
+#include "pool/pool_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
+    xsa_seg *s = b->seg;
+    xsa_pool_erase_free(p, b);
+    /* The block is unused: if the driver refuses the free there is nothing
+     * to give back to the caller, so the memory is forgotten rather than
+     * handed out again. */
+    XSA_DRV(p->drv, mem_free, s->base);
+    p->reserved -= s->size;
+    xsa_stats_update(p->stats.segment, s->kind, -1);
+    xsa_stats_update(p->stats.reserved_bytes, s->kind, -(int64_t)s->size);
+    if (s->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_segments, -1);
+    p->stats.num_device_free++;
+    xsa_pool_unlink_segment(p, s);
+    xsa_block_delete(&p->blocks, b);
+    free(s);
+}
+
+/* Releases what can be released of free block b (which is in the free set). */
+static xsa_pool_status release_free_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
+    if (b->seg->expandable) return xsa_expand_unmap_block(p, b, err, errlen);
+    if (!xsa_block_is_split(b)) xsa_release_classic_block(p, b);
+    return XSA_POOL_OK;
+}
+
+/* Releases every free block of one pool kind. Blocks are collected first:
+ * releasing changes the free set. */
+static xsa_pool_status release_pool(xsa_pool *p, xsa_pool_kind kind, char *err, size_t errlen) {
+    xsa_free_set *set = &p->free[kind];
+    size_t n = set->count;
+    if (n == 0) return XSA_POOL_OK;
+    xsa_block **blocks = malloc(n * sizeof *blocks);
+    if (!blocks) {
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    size_t i = 0;
+    for (xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b)) blocks[i++] = b;
+    xsa_pool_status st = XSA_POOL_OK;
+    for (i = 0; i < n && st == XSA_POOL_OK; i++) st = release_free_block(p, blocks[i], err, errlen);
+    free(blocks);
+    return st;
+}
+
+/* Expandable segments with nothing mapped give their reservation back. */
+static void drop_empty_segments(xsa_pool *p) {
+    for (xsa_seg *s = p->segments, *next; s; s = next) {
+        next = s->next_seg;
+        if (s->expandable && s->vm.mapped_pages == 0) xsa_expand_destroy_segment(p, s);
+    }
+}
+
+static void block_done(void *ctx, xsa_block *b) { xsa_pool_free_block(ctx, b); }
+
+xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
+    xsa_cu_result r = xsa_events_synchronize(&p->events, block_done, p);
+    p->stats.num_sync_all_streams++;
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_driver_error(p, "cuEventSynchronize", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    xsa_pool_status st = release_pool(p, XSA_POOL_LARGE, err, errlen);
+    if (st == XSA_POOL_OK) st = release_pool(p, XSA_POOL_SMALL, err, errlen);
+    drop_empty_segments(p);
+    return st;
+}
+
+xsa_pool_status xsa_pool_empty_cache(xsa_pool *p, char *err, size_t errlen) { return xsa_release_cached(p, err, errlen); }
+
+bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
+    size_t max_split = p->opt.max_split_size;
+    if (max_split == SIZE_MAX) return false;
+    xsa_free_set *set = &p->free[kind];
+    size_t want = size < max_split ? max_split : size;
+    xsa_block *b = xsa_free_set_lower_bound(set, stream, want);
+    if (b && b->stream == stream && !b->seg->expandable) {
+        xsa_release_classic_block(p, b);
+        return true;
+    }
+    /* No single block is large enough: free oversize blocks of the stream,
+     * largest first, until enough is released. */
+    if (b) {
+        b = xsa_free_set_prev(set, b);
+    } else {
+        /* lower_bound was past the end: start from the largest key. */
+        for (xsa_block *t = xsa_free_set_first(set); t; t = xsa_free_set_next(set, t)) b = t;
+    }
+    size_t released = 0;
+    while (b && released < want && b->size >= max_split && b->stream == stream) {
+        xsa_block *prev = xsa_free_set_prev(set, b);
+        if (!b->seg->expandable) {
+            released += b->size;
+            xsa_release_classic_block(p, b);
+        }
+        b = prev;
+    }
+    return released >= want;
+}
+
+void xsa_garbage_collect(xsa_pool *p) {
+    size_t threshold = (size_t)(p->opt.garbage_collection_threshold * (double)p->allowed_max);
+    if (p->reserved <= threshold) return;
+    size_t target = p->reserved - threshold;
+    xsa_free_set *set = &p->free[XSA_POOL_LARGE];
+    uint64_t now = p->free_lookups[XSA_POOL_LARGE];
+    double total_age = 0;
+    size_t freeable = 0;
+    for (xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b))
+        if (!xsa_block_is_split(b) && !b->seg->expandable) {
+            total_age += (double)(now - b->gc_base);
+            freeable++;
+        }
+    /* Free the blocks at least as old as the average, until enough is back. */
+    size_t reclaimed = 0;
+    bool freed = true;
+    while (reclaimed < target && freed && freeable > 0) {
+        double age_threshold = total_age / (double)freeable;
+        freed = false;
+        for (xsa_block *b = xsa_free_set_first(set), *next; b; b = next) {
+            next = xsa_free_set_next(set, b);
+            double age = (double)(now - b->gc_base);
+            if (xsa_block_is_split(b) || b->seg->expandable || age < age_threshold) continue;
+            freed = true;
+            reclaimed += b->size;
+            total_age -= age;
+            freeable--;
+            xsa_release_classic_block(p, b);
+        }
+    }
+}

@@ -1,0 +1,49 @@
+/* pool/stats: PyTorch's Stat arithmetic (current, peak, allocated, freed). */
+#include "pool/pool_internal.h"
+
+#include <string.h>
+
+void xsa_stat_update(xsa_stat *stat, int64_t amount) {
+    stat->current += amount;
+    if (stat->current > stat->peak) stat->peak = stat->current;
+    if (amount > 0)
+        stat->allocated += amount;
+    else
+        stat->freed -= amount;
+}
+
+void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
+    xsa_stat_update(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat_update(&stat_by_type[kind == XSA_POOL_SMALL ? XSA_STAT_SMALL_POOL : XSA_STAT_LARGE_POOL], amount);
+}
+
+void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out) {
+    *out = p->stats;
+    out->max_split_size = p->opt.max_split_size == SIZE_MAX ? -1 : (int64_t)p->opt.max_split_size;
+}
+
+static void each_stat(xsa_device_stats *s, void (*fn)(xsa_stat *)) {
+    xsa_stat *arrays[] = {s->allocation, s->segment, s->active, s->inactive_split, s->allocated_bytes,
+                          s->reserved_bytes, s->active_bytes, s->inactive_split_bytes, s->requested_bytes};
+    for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++)
+        for (int t = 0; t < XSA_STAT_TYPES; t++) fn(&arrays[a][t]);
+    fn(&s->oversize_allocations);
+    fn(&s->oversize_segments);
+}
+
+static void reset_peak(xsa_stat *s) { s->peak = s->current; }
+static void reset_accumulated(xsa_stat *s) { s->allocated = s->freed = 0; }
+
+void xsa_pool_reset_peak_stats(xsa_pool *p) { each_stat(&p->stats, reset_peak); }
+
+void xsa_pool_reset_accumulated_stats(xsa_pool *p) {
+    each_stat(&p->stats, reset_accumulated);
+    p->stats.num_alloc_retries = 0;
+    p->stats.num_ooms = 0;
+    p->stats.num_sync_all_streams = 0;
+    p->stats.num_device_alloc = 0;
+    p->stats.num_device_free = 0;
+    p->stats.num_pages_mapped = 0;
+    p->stats.num_pages_unmapped = 0;
+    p->stats.num_pages_recycled = 0;
+}

@@ -1,0 +1,170 @@
+/* vmm/segment: expandable segment (design in segment.h). */
+#include "vmm/segment.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size_t reserve_bytes) {
+    memset(s, 0, sizeof *s);
+    size_t gran = 0;
+    xsa_cu_result r = XSA_DRV(drv, mem_get_granularity, &gran, device, 0);
+    if (r != XSA_CU_SUCCESS) return r;
+    if (gran == 0) return XSA_CU_ERROR_INVALID_VALUE;
+    size_t pages = reserve_bytes / gran + (reserve_bytes % gran != 0);
+    if (pages == 0) pages = 1;
+    xsa_mem_handle *handles = calloc(pages, sizeof *handles);
+    if (!handles) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    xsa_devptr base = 0;
+    r = XSA_DRV(drv, mem_address_reserve, &base, pages * gran, gran);
+    if (r != XSA_CU_SUCCESS) {
+        free(handles);
+        return r;
+    }
+    s->drv = drv;
+    s->device = device;
+    s->base = base;
+    s->page_size = gran;
+    s->max_pages = pages;
+    s->handles = handles;
+    s->access[0] = device;
+    s->n_access = 1;
+    return XSA_CU_SUCCESS;
+}
+
+/* Unmaps pages [first, first+n) one mapping at a time (each page was mapped
+ * by its own cuMemMap). Stops at the first failure, returning how many pages
+ * were unmapped in *done. Handles are left in s->handles. */
+static xsa_cu_result unmap_run(xsa_segment *s, size_t first, size_t n, size_t *done) {
+    for (*done = 0; *done < n; (*done)++) {
+        xsa_cu_result r = XSA_DRV(s->drv, mem_unmap, xsa_segment_page_addr(s, first + *done), s->page_size);
+        if (r != XSA_CU_SUCCESS) return r;
+    }
+    return XSA_CU_SUCCESS;
+}
+
+/* Maps the given handles back at [first, first+n) and grants access: the
+ * undo of an unmap. Best effort: there is nothing more to undo if it fails. */
+static void remap_run(xsa_segment *s, size_t first, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        XSA_DRV(s->drv, mem_map, xsa_segment_page_addr(s, first + i), s->page_size, 0, s->handles[first + i]);
+    if (n) XSA_DRV(s->drv, mem_set_access, xsa_segment_page_addr(s, first), n * s->page_size, s->access, s->n_access);
+}
+
+/* Undo of a map that failed after `mapped` pages were mapped and `created`
+ * handles were made (created >= mapped; only created handles are released). */
+static void undo_map(xsa_segment *s, size_t first, size_t mapped, size_t created) {
+    size_t unmapped = 0;
+    unmap_run(s, first, mapped, &unmapped);
+    for (size_t i = 0; i < created; i++) {
+        /* A handle whose unmap failed stays mapped; releasing it then frees
+         * the memory when the reservation goes, as the driver allows. */
+        XSA_DRV(s->drv, mem_release, s->handles[first + i]);
+    }
+    for (size_t i = 0; i < (created > mapped ? created : mapped); i++) s->handles[first + i] = XSA_NO_HANDLE;
+}
+
+xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_mem_handle *given) {
+    if (first > s->max_pages || n > s->max_pages - first) return XSA_CU_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; i++)
+        if (xsa_segment_page_mapped(s, first + i)) return XSA_CU_ERROR_INVALID_VALUE;
+    size_t created = 0, mapped = 0;
+    xsa_cu_result r = XSA_CU_SUCCESS;
+    for (; mapped < n; mapped++) {
+        size_t page = first + mapped;
+        xsa_mem_handle h = XSA_NO_HANDLE;
+        if (given) {
+            h = given[mapped];
+        } else {
+            r = XSA_DRV(s->drv, mem_create, &h, s->page_size, s->device, 0);
+            if (r != XSA_CU_SUCCESS) break;
+            created++;
+        }
+        s->handles[page] = h;
+        r = XSA_DRV(s->drv, mem_map, xsa_segment_page_addr(s, page), s->page_size, 0, h);
+        if (r != XSA_CU_SUCCESS) break;
+    }
+    if (r == XSA_CU_SUCCESS && n)
+        r = XSA_DRV(s->drv, mem_set_access, xsa_segment_page_addr(s, first), n * s->page_size, s->access, s->n_access);
+    if (r != XSA_CU_SUCCESS) {
+        if (given) {
+            size_t unmapped = 0;
+            unmap_run(s, first, mapped, &unmapped);
+            for (size_t i = 0; i <= mapped && i < n; i++) s->handles[first + i] = XSA_NO_HANDLE;
+        } else {
+            undo_map(s, first, mapped, created);
+        }
+        return r;
+    }
+    s->mapped_pages += n;
+    return XSA_CU_SUCCESS;
+}
+
+xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_handle *taken) {
+    if (first > s->max_pages || n > s->max_pages - first) return XSA_CU_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; i++)
+        if (!xsa_segment_page_mapped(s, first + i)) return XSA_CU_ERROR_INVALID_VALUE;
+    size_t done = 0;
+    xsa_cu_result r = unmap_run(s, first, n, &done);
+    if (r != XSA_CU_SUCCESS) {
+        remap_run(s, first, done);
+        return r;
+    }
+    for (size_t i = 0; i < n; i++) {
+        xsa_mem_handle h = s->handles[first + i];
+        s->handles[first + i] = XSA_NO_HANDLE;
+        if (taken)
+            taken[i] = h;
+        else
+            /* The page is already unmapped; a failed release can only leak
+             * the handle, which the driver reclaims at process exit. */
+            XSA_DRV(s->drv, mem_release, h);
+    }
+    s->mapped_pages -= n;
+    return XSA_CU_SUCCESS;
+}
+
+void xsa_segment_destroy(xsa_segment *s) {
+    if (!s->handles) return;
+    for (size_t p = 0; p < s->max_pages && s->mapped_pages; p++)
+        if (xsa_segment_page_mapped(s, p)) xsa_segment_unmap(s, p, 1, NULL);
+    XSA_DRV(s->drv, mem_address_free, s->base, s->max_pages * s->page_size);
+    free(s->handles);
+    memset(s, 0, sizeof *s);
+}
+
+xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer) {
+    for (int i = 0; i < s->n_access; i++)
+        if (s->access[i] == peer) return XSA_CU_SUCCESS;
+    if (s->n_access == XSA_SEGMENT_MAX_ACCESS) return XSA_CU_ERROR_INVALID_VALUE;
+    /* Grant on each contiguous run of mapped pages. */
+    for (size_t p = 0; p < s->max_pages;) {
+        if (!xsa_segment_page_mapped(s, p)) {
+            p++;
+            continue;
+        }
+        size_t end = p;
+        while (end < s->max_pages && xsa_segment_page_mapped(s, end)) end++;
+        xsa_cu_result r = XSA_DRV(s->drv, mem_set_access, xsa_segment_page_addr(s, p), (end - p) * s->page_size, &peer, 1);
+        if (r != XSA_CU_SUCCESS) return r;
+        p = end;
+    }
+    s->access[s->n_access++] = peer;
+    return XSA_CU_SUCCESS;
+}
+
+int xsa_segment_check(const xsa_segment *s, char *err, size_t errlen) {
+    size_t count = 0;
+    for (size_t p = 0; p < s->max_pages; p++) count += xsa_segment_page_mapped(s, p);
+    if (count != s->mapped_pages) {
+        snprintf(err, errlen, "segment %#llx: %zu pages hold handles but mapped_pages is %zu",
+                 (unsigned long long)s->base, count, s->mapped_pages);
+        return 0;
+    }
+    if (s->n_access < 1 || s->access[0] != s->device) {
+        snprintf(err, errlen, "segment %#llx: access list does not start with its own device %d",
+                 (unsigned long long)s->base, s->device);
+        return 0;
+    }
+    return 1;
+}
