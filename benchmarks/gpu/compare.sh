@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# compare.sh: xsalloc against PyTorch's allocators on a GPU machine, in one
+# command, printing one table.
+#
+#   benchmarks/gpu/compare.sh            (from anywhere; OUT=DIR keeps the results)
+#
+# Needs gcc, g++, CUDA headers in /usr/local/cuda/include, python3 with torch;
+# no Bazel. Steps: build xsalloc's replay and hotpath binaries with gcc
+# directly; replay every bundled single-stream trace through xsalloc (cuda
+# driver: classic, expandable, recycling) and through PyTorch (native and
+# expandable_segments, one process each, since PyTorch reads
+# PYTORCH_CUDA_ALLOC_CONF once); time the hot path through xsalloc, PyTorch's
+# C++ entry points and cudaMallocAsync; print the table (torch_bench.py
+# table). Every result is one JSON line in $OUT/results.jsonl. Takes about
+# 2-4 minutes on an H100 (most of it the extension build and torch imports).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$(mktemp -d /tmp/xsa-compare.XXXXXX)}
+BUILD="$OUT/build"
+RES="$OUT/results.jsonl"
+OPS=${OPS:-200000}
+PY=${PYTHON:-python3}
+BENCH="$ROOT/benchmarks/gpu/torch_bench.py"
+mkdir -p "$BUILD"
+: >"$RES"
+start=$SECONDS
+
+log() { echo "compare [$((SECONDS - start))s]: $*" >&2; }
+
+MODES=(
+    "classic expandable_segments:False"
+    "expandable expandable_segments:True,page_recycling:False"
+    "recycling expandable_segments:True,page_recycling:True"
+)
+
+# The library as an archive, so that only the objects the tools need link.
+build() {
+    local cflags=(-std=c11 -O2 -D_GNU_SOURCE -Wall "-I$ROOT" -I/usr/local/cuda/include) pids=() f p
+    log "building xsalloc with gcc"
+    rm -f "$BUILD"/*.o "$BUILD/libxsalloc.a"
+    for f in vmm/*.c pool/*.c api/*.c; do
+        gcc "${cflags[@]}" -c "$f" -o "$BUILD/${f//\//_}.o" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    ar rcs "$BUILD/libxsalloc.a" "$BUILD"/*.o
+    local libs=("$BUILD/libxsalloc.a" -ldl -lpthread -lz)
+    gcc "${cflags[@]}" -o "$BUILD/replay" benchmarks/replay.c benchmarks/replay_lib.c benchmarks/trace.c "${libs[@]}"
+    gcc "${cflags[@]}" -o "$BUILD/hotpath" benchmarks/hotpath.c "${libs[@]}"
+}
+
+# Prefixes a JSON object line with the fields in $1 ('"a": 1, "b": 2').
+tag() { sed "s/^{/{$1, /"; }
+
+replay_xsalloc() {
+    local trace=$1 mode conf line
+    for m in "${MODES[@]}"; do
+        read -r mode conf <<<"$m"
+        line=$("$BUILD/replay" --driver cuda --conf "$conf" "$trace" | tail -n 1) || return 1
+        echo "$line" | tag "\"kind\": \"replay\", \"tool\": \"xsalloc\", \"mode\": \"$mode\"" >>"$RES"
+    done
+}
+
+replay_torch() {
+    local trace=$1
+    env -u PYTORCH_CUDA_ALLOC_CONF "$PY" "$BENCH" replay --mode native "$trace" >>"$RES" || failed=1
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$BENCH" replay --mode expandable "$trace" \
+        >>"$RES" || failed=1
+}
+
+# Traces with more than one stream are for the simulated driver only.
+multi_stream() { zcat "$1" | awk '$1 == "r" || ($1 == "a" && $4 != 0) { found = 1 } END { exit !found }'; }
+
+replays() {
+    for trace in "$ROOT"/benchmarks/traces/*.trace.gz; do
+        if multi_stream "$trace"; then
+            log "skipping $(basename "$trace") (multi-stream)"
+            continue
+        fi
+        log "replaying $(basename "$trace") through xsalloc"
+        replay_xsalloc "$trace" || failed=1
+        log "replaying $(basename "$trace") through PyTorch"
+        replay_torch "$trace"
+    done
+}
+
+hotpaths() {
+    local mode conf
+    for m in "${MODES[@]}"; do
+        read -r mode conf <<<"$m"
+        log "hot path: xsalloc $mode"
+        "$BUILD/hotpath" --driver cuda --conf "$conf" --ops "$OPS" | tail -n 1 |
+            tag "\"kind\": \"hotpath\", \"tool\": \"xsalloc\", \"mode\": \"$mode\"" >>"$RES" || failed=1
+    done
+    log "hot path: PyTorch native and cudaMallocAsync (builds the extension)"
+    env -u PYTORCH_CUDA_ALLOC_CONF "$PY" "$BENCH" hotpath --mode native --ops "$OPS" --with-async \
+        --build-dir "$BUILD/ext" >>"$RES" || failed=1
+    log "hot path: PyTorch expandable_segments"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$BENCH" hotpath --mode expandable \
+        --ops "$OPS" --build-dir "$BUILD/ext" >>"$RES" || failed=1
+}
+
+# A failed step is reported and the others still run: partial tables help.
+failed=0
+build
+replays
+hotpaths
+"$PY" "$BENCH" table "$RES"
+log "done; results in $RES"
+exit $failed
