@@ -1,0 +1,989 @@
+/*
+ * vmm/driver_sim: the simulated driver (controls in sim.h).
+ *
+ * Design: one global mutex guards all state; every entry point takes it,
+ * applies the default configuration on first use, counts the call for fault
+ * injection and only then does its work, so an injected fault has no effect.
+ *
+ * Physical memory: non-exportable handles are ranges of one sparse memfd per
+ * device (one fd per handle would exhaust the fd limit with >10,000 live
+ * handles); a freed range is punched out, so host memory comes back, and is
+ * reused by the next handle of the same size. Exportable handles get a memfd
+ * of their own so that a forked child can mmap the exported fd.
+ *
+ * Handle and event values encode (generation << 32 | slot + 1): never 0, and
+ * a stale or made-up value is detected by a table lookup, never dereferenced.
+ *
+ * Reservations sit in an array sorted by base (there are only a handful);
+ * each keeps one small record per granule: the handle mapped there, the id of
+ * the cuMemMap call that mapped it (unmap must cover whole mappings) and the
+ * devices granted access.
+ *
+ * Events: each record gets a global sequence number; a stream keeps the last
+ * number recorded on it and the last number completed. An event is pending
+ * while its number is above its stream's completed number, so completing a
+ * stream or an event (and all earlier work on its stream) is O(1).
+ */
+#include "vmm/sim.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define SIM_ALLOC_ROUND ((size_t)2 << 20) /* cuMemAlloc rounds to 2 MiB */
+#define SIM_MAX_FAULTS 16 /* armed at once; more are ignored */
+
+/* A growable array: v[0..n) of `cap`. */
+#define ARRAY(T) struct { T *v; size_t n, cap; }
+
+static bool grow(void **v, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t cap2 = *cap ? *cap * 2 : 16;
+    while (cap2 < need) cap2 *= 2;
+    void *nv = realloc(*v, cap2 * elem);
+    if (!nv) return false;
+    *v = nv;
+    *cap = cap2;
+    return true;
+}
+#define ARRAY_RESERVE(a, need) grow((void **)&(a).v, &(a).cap, (need), sizeof *(a).v)
+#define ARRAY_FREE(a) (free((a).v), (a).v = NULL, (a).n = (a).cap = 0)
+
+typedef ARRAY(size_t) offset_stack;
+
+/* Released file ranges of one size, reused last in first out. */
+typedef struct {
+    size_t size;
+    offset_stack offsets;
+} size_class;
+
+typedef struct {
+    int fd;           /* shared memfd of non-exportable handles, -1 until needed */
+    size_t file_size; /* ftruncate'd length */
+    size_t next_off;  /* file offsets below this have been handed out */
+    ARRAY(size_class) free_ranges;
+    size_t used;      /* physical bytes: live handles + mem_alloc */
+} sim_device;
+
+typedef enum { SLOT_FREE, SLOT_LIVE, SLOT_RELEASED } slot_state;
+
+typedef struct {
+    uint32_t gen;
+    slot_state state;  /* SLOT_RELEASED: released, freed when unmapped */
+    int device;
+    int own_fd;        /* exportable: its own memfd; else -1 */
+    size_t size;
+    size_t file_off;   /* in own_fd or the device's fd */
+    size_t mapped_pages;
+} sim_handle;
+
+typedef struct {
+    uint64_t map_id;   /* 0: unmapped */
+    uint32_t handle;   /* slot of the mapped handle */
+    uint8_t access;    /* bit d: device d has read/write */
+} sim_page;
+
+typedef struct {
+    uintptr_t base;
+    size_t size;
+    sim_page *pages;   /* [size / granularity] */
+    size_t mapped_pages;
+} sim_reservation;
+
+typedef struct {
+    uintptr_t base;
+    size_t size;       /* rounded, as counted against capacity */
+    int device;
+} sim_alloc;
+
+typedef struct {
+    xsa_stream stream;
+    uint64_t last;     /* sequence number of the last record on it */
+    uint64_t done;     /* records up to this number have completed */
+} sim_stream;
+
+typedef struct {
+    uint32_t gen;
+    bool live;
+    int device;
+    size_t stream;     /* index in streams, valid when seq != 0 */
+    uint64_t seq;      /* 0: never recorded */
+} sim_event;
+
+typedef struct {
+    xsa_driver_entry entry;
+    uint64_t at;       /* fails when the entry's call count reaches this */
+    xsa_cu_result error;
+} sim_fault;
+
+static struct {
+    bool configured;
+    xsa_sim_config cfg;
+    sim_device dev[XSA_SIM_MAX_DEVICES];
+    ARRAY(sim_handle) handles;
+    ARRAY(uint32_t) free_handle_slots;
+    ARRAY(sim_reservation) resv; /* sorted by base */
+    ARRAY(sim_alloc) allocs;     /* sorted by base */
+    ARRAY(sim_stream) streams;
+    ARRAY(sim_event) events;
+    ARRAY(uint32_t) free_event_slots;
+    uint64_t next_map_id, next_seq;
+    size_t live_handles, handle_bytes, mapped_bytes, reserved_bytes;
+    size_t alloc_bytes, live_events;
+    uint64_t entry_calls[XSA_DRV_COUNT];
+    sim_fault faults[SIM_MAX_FAULTS];
+    int n_faults;
+} S;
+
+static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fake_ctx[XSA_SIM_MAX_DEVICES];
+static xsa_driver sim_table;
+
+/* ---- configuration --------------------------------------------------- */
+
+void xsa_sim_default_config(xsa_sim_config *c) {
+    memset(c, 0, sizeof *c);
+    c->devices = 1;
+    c->capacity = (size_t)80 << 30;
+    c->granularity = (size_t)2 << 20;
+    c->vmm_supported = 1;
+    c->fd_handles_supported = 1;
+    memset(c->peer, 1, sizeof c->peer);
+}
+
+static bool config_valid(const xsa_sim_config *c) {
+    size_t g = c->granularity;
+    return c->devices >= 1 && c->devices <= XSA_SIM_MAX_DEVICES && g >= 4096 && (g & (g - 1)) == 0 &&
+           c->capacity > 0 && c->capacity % g == 0;
+}
+
+static bool anything_live(void) {
+    return S.live_handles || S.resv.n || S.allocs.n || S.live_events;
+}
+
+/* Forgets the device files (nothing lives in them) and the streams. */
+static void reset_devices(void) {
+    for (int d = 0; d < XSA_SIM_MAX_DEVICES; d++) {
+        sim_device *dv = &S.dev[d];
+        /* Before the first configuration the fds are zero-initialized, not open. */
+        if (dv->fd >= 0 && S.configured) close(dv->fd);
+        for (size_t i = 0; i < dv->free_ranges.n; i++) ARRAY_FREE(dv->free_ranges.v[i].offsets);
+        ARRAY_FREE(dv->free_ranges);
+        memset(dv, 0, sizeof *dv);
+        dv->fd = -1;
+    }
+    S.streams.n = 0;
+}
+
+static void apply_config(const xsa_sim_config *c) {
+    reset_devices();
+    S.cfg = *c;
+    S.n_faults = 0;
+    memset(S.entry_calls, 0, sizeof S.entry_calls);
+    S.configured = true;
+}
+
+xsa_cu_result xsa_sim_configure(const xsa_sim_config *config) {
+    if (!config || !config_valid(config)) return XSA_CU_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_lock);
+    xsa_cu_result r = XSA_CU_ERROR_NOT_PERMITTED;
+    if (!anything_live()) {
+        apply_config(config);
+        xsa_driver_reset_calls(&sim_table);
+        r = XSA_CU_SUCCESS;
+    }
+    pthread_mutex_unlock(&sim_lock);
+    return r;
+}
+
+static void ensure_configured(void) {
+    if (S.configured) return;
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    apply_config(&c);
+}
+
+/* ---- fault injection and the entry guard ------------------------------ */
+
+void xsa_sim_fail_call(xsa_driver_entry entry, uint64_t nth, xsa_cu_result error) {
+    if ((unsigned)entry >= XSA_DRV_COUNT || nth == 0) return;
+    pthread_mutex_lock(&sim_lock);
+    ensure_configured();
+    if (S.n_faults < SIM_MAX_FAULTS)
+        S.faults[S.n_faults++] = (sim_fault){entry, S.entry_calls[entry] + nth, error};
+    pthread_mutex_unlock(&sim_lock);
+}
+
+void xsa_sim_clear_faults(void) {
+    pthread_mutex_lock(&sim_lock);
+    S.n_faults = 0;
+    pthread_mutex_unlock(&sim_lock);
+}
+
+/* Takes the lock and counts the call; returns the injected error, if any
+ * (the lock is held either way). */
+static xsa_cu_result enter(xsa_driver_entry e) {
+    pthread_mutex_lock(&sim_lock);
+    ensure_configured();
+    uint64_t n = ++S.entry_calls[e];
+    for (int i = 0; i < S.n_faults; i++) {
+        if (S.faults[i].entry != e || S.faults[i].at != n) continue;
+        xsa_cu_result err = S.faults[i].error;
+        S.faults[i] = S.faults[--S.n_faults];
+        return err;
+    }
+    return XSA_CU_SUCCESS;
+}
+
+#define GUARDED(entry, call)                                                   \
+    do {                                                                       \
+        xsa_cu_result r_ = enter(XSA_DRV_##entry);                             \
+        if (r_ == XSA_CU_SUCCESS) r_ = (call);                                 \
+        pthread_mutex_unlock(&sim_lock);                                       \
+        return r_;                                                             \
+    } while (0)
+
+/* ---- devices ----------------------------------------------------------- */
+
+static bool device_ok(int d) { return d >= 0 && d < S.cfg.devices; }
+
+static xsa_cu_result get_count(int *count) {
+    if (!count) return XSA_CU_ERROR_INVALID_VALUE;
+    *count = S.cfg.devices;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result get_attribute(int *value, int attribute, int device) {
+    if (!value) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    if (attribute == XSA_ATTR_VMM_SUPPORTED) *value = S.cfg.vmm_supported;
+    else if (attribute == XSA_ATTR_POSIX_FD_SUPPORTED) *value = S.cfg.fd_handles_supported;
+    else return XSA_CU_ERROR_INVALID_VALUE;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result total_mem(size_t *bytes, int device) {
+    if (!bytes) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    *bytes = S.cfg.capacity;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result can_access_peer(int *can, int device, int peer) {
+    if (!can) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device) || !device_ok(peer)) return XSA_CU_ERROR_INVALID_DEVICE;
+    *can = device != peer && S.cfg.peer[device][peer];
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result get_info(int device, size_t *free_bytes, size_t *total_bytes) {
+    if (!free_bytes || !total_bytes) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    *free_bytes = S.cfg.capacity - S.dev[device].used;
+    *total_bytes = S.cfg.capacity;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result ctx_retain(void **ctx, int device) {
+    if (!ctx) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    *ctx = &fake_ctx[device];
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result ctx_release(int device) {
+    return device_ok(device) ? XSA_CU_SUCCESS : XSA_CU_ERROR_INVALID_DEVICE;
+}
+
+static xsa_cu_result set_current(void *ctx) {
+    if (!ctx) return XSA_CU_SUCCESS;
+    uintptr_t c = (uintptr_t)ctx, first = (uintptr_t)fake_ctx;
+    bool ours = c >= first && c < first + (uintptr_t)S.cfg.devices;
+    return ours ? XSA_CU_SUCCESS : XSA_CU_ERROR_INVALID_CONTEXT;
+}
+
+static xsa_cu_result get_granularity(size_t *granularity, int device, int exportable) {
+    (void)exportable;
+    if (!granularity) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    *granularity = S.cfg.granularity;
+    return XSA_CU_SUCCESS;
+}
+
+/* ---- physical handles -------------------------------------------------- */
+
+static size_class *find_class(sim_device *dv, size_t size) {
+    for (size_t i = 0; i < dv->free_ranges.n; i++)
+        if (dv->free_ranges.v[i].size == size) return &dv->free_ranges.v[i];
+    return NULL;
+}
+
+/* A file range of `size` bytes in the device's memfd: a released one of the
+ * same size, else a fresh one at the end (the file grows, sparse). */
+static bool take_range(sim_device *dv, int device, size_t size, size_t *off) {
+    size_class *c = find_class(dv, size);
+    if (c && c->offsets.n) {
+        *off = c->offsets.v[--c->offsets.n];
+        return true;
+    }
+    if (dv->fd < 0) {
+        char name[32];
+        snprintf(name, sizeof name, "xsa-sim-device%d", device);
+        dv->fd = memfd_create(name, MFD_CLOEXEC);
+        if (dv->fd < 0) return false;
+    }
+    size_t end = dv->next_off + size;
+    if (end > dv->file_size) {
+        size_t len = dv->file_size ? dv->file_size : 4 * S.cfg.capacity;
+        while (len < end) len *= 2;
+        if (ftruncate(dv->fd, (off_t)len) != 0) return false;
+        dv->file_size = len;
+    }
+    *off = dv->next_off;
+    dv->next_off = end;
+    return true;
+}
+
+/* Punches the range out (its host memory is returned) and keeps it for reuse. */
+static void give_range(sim_device *dv, size_t off, size_t size) {
+    fallocate(dv->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size);
+    size_class *c = find_class(dv, size);
+    if (!c && ARRAY_RESERVE(dv->free_ranges, dv->free_ranges.n + 1)) {
+        c = &dv->free_ranges.v[dv->free_ranges.n++];
+        *c = (size_class){.size = size};
+    }
+    /* Without memory for the free list the range is simply not reused. */
+    if (c && ARRAY_RESERVE(c->offsets, c->offsets.n + 1)) c->offsets.v[c->offsets.n++] = off;
+}
+
+static xsa_mem_handle handle_value(uint32_t slot) {
+    return ((uint64_t)S.handles.v[slot].gen << 32) | (slot + 1);
+}
+
+/* The slot of a handle value in state `want`, or NULL. */
+static sim_handle *handle_lookup(xsa_mem_handle h, slot_state want) {
+    uint64_t slot = (h & 0xffffffffu) - 1;
+    if ((h & 0xffffffffu) == 0 || slot >= S.handles.n) return NULL;
+    sim_handle *sh = &S.handles.v[slot];
+    return sh->gen == (uint32_t)(h >> 32) && sh->state == want ? sh : NULL;
+}
+
+static bool new_handle_slot(uint32_t *slot) {
+    if (S.free_handle_slots.n) {
+        *slot = S.free_handle_slots.v[--S.free_handle_slots.n];
+        return true;
+    }
+    if (!ARRAY_RESERVE(S.handles, S.handles.n + 1) || !ARRAY_RESERVE(S.free_handle_slots, S.handles.n + 1))
+        return false;
+    *slot = (uint32_t)S.handles.n++;
+    S.handles.v[*slot] = (sim_handle){.gen = 1, .state = SLOT_FREE, .own_fd = -1};
+    return true;
+}
+
+/* Backing for an exportable handle: a memfd of its own. */
+static bool own_file(size_t size, int *fd) {
+    *fd = memfd_create("xsa-sim-exportable", MFD_CLOEXEC);
+    if (*fd < 0) return false;
+    if (ftruncate(*fd, (off_t)size) == 0) return true;
+    close(*fd);
+    return false;
+}
+
+static xsa_cu_result mem_create(xsa_mem_handle *handle, size_t size, int device, int exportable) {
+    if (!handle) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    if (size == 0 || size % S.cfg.granularity) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!S.cfg.vmm_supported || (exportable && !S.cfg.fd_handles_supported)) return XSA_CU_ERROR_NOT_SUPPORTED;
+    sim_device *dv = &S.dev[device];
+    if (size > S.cfg.capacity - dv->used) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    uint32_t slot;
+    if (!new_handle_slot(&slot)) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    sim_handle *h = &S.handles.v[slot];
+    bool backed = exportable ? own_file(size, &h->own_fd) : take_range(dv, device, size, &h->file_off);
+    if (!backed) {
+        h->own_fd = -1;
+        S.free_handle_slots.v[S.free_handle_slots.n++] = slot;
+        return XSA_CU_ERROR_OUT_OF_MEMORY;
+    }
+    if (exportable) h->file_off = 0;
+    h->state = SLOT_LIVE;
+    h->device = device;
+    h->size = size;
+    h->mapped_pages = 0;
+    dv->used += size;
+    S.live_handles++;
+    S.handle_bytes += size;
+    *handle = handle_value(slot);
+    return XSA_CU_SUCCESS;
+}
+
+/* Frees the physical memory of a handle (released and no longer mapped). */
+static void free_handle(uint32_t slot) {
+    sim_handle *h = &S.handles.v[slot];
+    sim_device *dv = &S.dev[h->device];
+    if (h->own_fd >= 0) close(h->own_fd);
+    else give_range(dv, h->file_off, h->size);
+    dv->used -= h->size;
+    S.live_handles--;
+    S.handle_bytes -= h->size;
+    *h = (sim_handle){.gen = h->gen + 1, .state = SLOT_FREE, .own_fd = -1};
+    S.free_handle_slots.v[S.free_handle_slots.n++] = slot; /* room reserved at creation */
+}
+
+static xsa_cu_result mem_release(xsa_mem_handle handle) {
+    sim_handle *h = handle_lookup(handle, SLOT_LIVE);
+    if (!h) return XSA_CU_ERROR_INVALID_VALUE;
+    if (h->mapped_pages) h->state = SLOT_RELEASED; /* freed by the last unmap */
+    else free_handle((uint32_t)(h - S.handles.v));
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result export_fd(int *fd, xsa_mem_handle handle) {
+    if (!fd) return XSA_CU_ERROR_INVALID_VALUE;
+    sim_handle *h = handle_lookup(handle, SLOT_LIVE);
+    if (!h || h->own_fd < 0) return XSA_CU_ERROR_INVALID_VALUE;
+    int dup_fd = fcntl(h->own_fd, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd < 0) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    *fd = dup_fd;
+    return XSA_CU_SUCCESS;
+}
+
+/* ---- reservations ------------------------------------------------------ */
+
+/* Index of the last entry with base <= p in an array sorted by base, or n. */
+#define FIND_BELOW(a, p, out)                                                  \
+    do {                                                                       \
+        size_t lo_ = 0, hi_ = (a).n;                                           \
+        while (lo_ < hi_) {                                                    \
+            size_t mid_ = (lo_ + hi_) / 2;                                     \
+            if ((a).v[mid_].base <= (p)) lo_ = mid_ + 1;                       \
+            else hi_ = mid_;                                                   \
+        }                                                                      \
+        (out) = lo_ ? lo_ - 1 : (a).n;                                         \
+    } while (0)
+
+/* The reservation holding all of [p, p+size), or NULL. */
+static sim_reservation *resv_holding(uintptr_t p, size_t size) {
+    size_t i;
+    FIND_BELOW(S.resv, p, i);
+    if (i == S.resv.n) return NULL;
+    sim_reservation *r = &S.resv.v[i];
+    return p - r->base < r->size && size <= r->size - (p - r->base) ? r : NULL;
+}
+
+/* Puts back fresh PROT_NONE memory at [p, p+size): reserved, faults on use. */
+static bool reset_range(uintptr_t p, size_t size) {
+    void *m = mmap((void *)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return m != MAP_FAILED;
+}
+
+/* mmaps `size` bytes of PROT_NONE VA aligned to `align` (over-reserve, trim). */
+static void *map_aligned(size_t size, size_t align) {
+    size_t len = size + align;
+    if (len < size) return NULL;
+    char *m = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    uintptr_t start = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+    size_t head = start - (uintptr_t)m;
+    if (head) munmap(m, head);
+    munmap((char *)start + size, len - head - size);
+    return (void *)start;
+}
+
+static xsa_cu_result address_reserve(xsa_devptr *ptr, size_t size, size_t alignment) {
+    size_t g = S.cfg.granularity;
+    if (!ptr || size == 0 || size % g || (alignment & (alignment - 1))) return XSA_CU_ERROR_INVALID_VALUE;
+    size_t pages = size / g;
+    sim_page *pg = calloc(pages, sizeof *pg); /* untouched pages cost no memory */
+    if (!pg || !ARRAY_RESERVE(S.resv, S.resv.n + 1)) {
+        free(pg);
+        return XSA_CU_ERROR_OUT_OF_MEMORY;
+    }
+    void *base = map_aligned(size, alignment > g ? alignment : g);
+    if (!base) {
+        free(pg);
+        return XSA_CU_ERROR_OUT_OF_MEMORY;
+    }
+    size_t i;
+    FIND_BELOW(S.resv, (uintptr_t)base, i);
+    i = i == S.resv.n ? 0 : i + 1;
+    memmove(&S.resv.v[i + 1], &S.resv.v[i], (S.resv.n - i) * sizeof *S.resv.v);
+    S.resv.v[i] = (sim_reservation){.base = (uintptr_t)base, .size = size, .pages = pg};
+    S.resv.n++;
+    S.reserved_bytes += size;
+    *ptr = (xsa_devptr)(uintptr_t)base;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result address_free(xsa_devptr ptr, size_t size) {
+    sim_reservation *r = resv_holding((uintptr_t)ptr, size);
+    if (!r || r->base != ptr || r->size != size || r->mapped_pages) return XSA_CU_ERROR_INVALID_VALUE;
+    munmap((void *)r->base, r->size);
+    free(r->pages);
+    S.reserved_bytes -= size;
+    size_t i = (size_t)(r - S.resv.v);
+    memmove(r, r + 1, (S.resv.n - i - 1) * sizeof *r);
+    S.resv.n--;
+    return XSA_CU_SUCCESS;
+}
+
+/* ---- mapping ----------------------------------------------------------- */
+
+/* The reservation and first page of a granularity-aligned range, or NULL. */
+static sim_reservation *range_pages(xsa_devptr ptr, size_t size, size_t *first, size_t *n) {
+    size_t g = S.cfg.granularity;
+    if (size == 0 || ptr % g || size % g) return NULL;
+    sim_reservation *r = resv_holding((uintptr_t)ptr, size);
+    if (!r) return NULL;
+    *first = ((uintptr_t)ptr - r->base) / g;
+    *n = size / g;
+    return r;
+}
+
+static xsa_cu_result mem_map(xsa_devptr ptr, size_t size, size_t offset, xsa_mem_handle handle) {
+    size_t first = 0, n = 0;
+    sim_reservation *r = range_pages(ptr, size, &first, &n);
+    sim_handle *h = handle_lookup(handle, SLOT_LIVE);
+    if (!r || !h || offset % S.cfg.granularity || offset > h->size || size > h->size - offset)
+        return XSA_CU_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; i++)
+        if (r->pages[first + i].map_id) return XSA_CU_ERROR_INVALID_VALUE;
+    int fd = h->own_fd >= 0 ? h->own_fd : S.dev[h->device].fd;
+    void *m = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, (off_t)(h->file_off + offset));
+    if (m == MAP_FAILED) {
+        reset_range((uintptr_t)ptr, size);
+        return XSA_CU_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t id = ++S.next_map_id;
+    uint32_t slot = (uint32_t)(h - S.handles.v);
+    for (size_t i = 0; i < n; i++) r->pages[first + i] = (sim_page){.map_id = id, .handle = slot};
+    h->mapped_pages += n;
+    r->mapped_pages += n;
+    S.mapped_bytes += size;
+    return XSA_CU_SUCCESS;
+}
+
+/* Pages [first, first+n) are mapped and cover whole mappings only. */
+static bool whole_mappings(const sim_reservation *r, size_t first, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!r->pages[first + i].map_id) return false;
+    size_t total = r->size / S.cfg.granularity, last = first + n - 1;
+    if (first > 0 && r->pages[first - 1].map_id == r->pages[first].map_id) return false;
+    return last + 1 == total || r->pages[last + 1].map_id != r->pages[last].map_id;
+}
+
+static xsa_cu_result mem_unmap(xsa_devptr ptr, size_t size) {
+    size_t first = 0, n = 0;
+    sim_reservation *r = range_pages(ptr, size, &first, &n);
+    if (!r || !whole_mappings(r, first, n)) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!reset_range((uintptr_t)ptr, size)) return XSA_CU_ERROR_UNKNOWN;
+    for (size_t i = 0; i < n; i++) {
+        sim_page *pg = &r->pages[first + i];
+        sim_handle *h = &S.handles.v[pg->handle];
+        if (--h->mapped_pages == 0 && h->state == SLOT_RELEASED) free_handle(pg->handle);
+        *pg = (sim_page){0};
+    }
+    r->mapped_pages -= n;
+    S.mapped_bytes -= size;
+    return XSA_CU_SUCCESS;
+}
+
+/* Every page mapped (else INVALID_VALUE), devices valid and each allowed to
+ * access the memory of every page's owner (else INVALID_DEVICE). */
+static xsa_cu_result access_allowed(const sim_reservation *r, size_t first, size_t n, const int *devices, int nd) {
+    for (size_t i = 0; i < n; i++)
+        if (!r->pages[first + i].map_id) return XSA_CU_ERROR_INVALID_VALUE;
+    for (int k = 0; k < nd; k++)
+        if (!device_ok(devices[k])) return XSA_CU_ERROR_INVALID_DEVICE;
+    for (size_t i = 0; i < n; i++) {
+        int owner = S.handles.v[r->pages[first + i].handle].device;
+        for (int k = 0; k < nd; k++)
+            if (devices[k] != owner && !S.cfg.peer[devices[k]][owner]) return XSA_CU_ERROR_INVALID_DEVICE;
+    }
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result set_access(xsa_devptr ptr, size_t size, const int *devices, int nd) {
+    size_t first = 0, n = 0;
+    sim_reservation *r = range_pages(ptr, size, &first, &n);
+    if (!r || !devices || nd <= 0) return XSA_CU_ERROR_INVALID_VALUE;
+    xsa_cu_result res = access_allowed(r, first, n, devices, nd);
+    if (res != XSA_CU_SUCCESS) return res;
+    if (mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) != 0) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    uint8_t mask = 0;
+    for (int k = 0; k < nd; k++) mask |= (uint8_t)(1u << devices[k]);
+    for (size_t i = 0; i < n; i++) r->pages[first + i].access |= mask;
+    return XSA_CU_SUCCESS;
+}
+
+/* ---- classic allocations ----------------------------------------------- */
+
+static xsa_cu_result mem_alloc(xsa_devptr *ptr, size_t size, int device) {
+    if (!ptr || size == 0) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    size_t rounded = (size + SIM_ALLOC_ROUND - 1) & ~(SIM_ALLOC_ROUND - 1);
+    sim_device *dv = &S.dev[device];
+    if (rounded < size || rounded > S.cfg.capacity - dv->used) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    if (!ARRAY_RESERVE(S.allocs, S.allocs.n + 1)) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    void *m = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    size_t i;
+    FIND_BELOW(S.allocs, (uintptr_t)m, i);
+    i = i == S.allocs.n ? 0 : i + 1;
+    memmove(&S.allocs.v[i + 1], &S.allocs.v[i], (S.allocs.n - i) * sizeof *S.allocs.v);
+    S.allocs.v[i] = (sim_alloc){.base = (uintptr_t)m, .size = rounded, .device = device};
+    S.allocs.n++;
+    dv->used += rounded;
+    S.alloc_bytes += rounded;
+    *ptr = (xsa_devptr)(uintptr_t)m;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result mem_free(xsa_devptr ptr) {
+    size_t i;
+    FIND_BELOW(S.allocs, (uintptr_t)ptr, i);
+    if (i == S.allocs.n || S.allocs.v[i].base != ptr) return XSA_CU_ERROR_INVALID_VALUE;
+    sim_alloc a = S.allocs.v[i];
+    munmap((void *)a.base, a.size);
+    S.dev[a.device].used -= a.size;
+    S.alloc_bytes -= a.size;
+    memmove(&S.allocs.v[i], &S.allocs.v[i + 1], (S.allocs.n - i - 1) * sizeof *S.allocs.v);
+    S.allocs.n--;
+    return XSA_CU_SUCCESS;
+}
+
+/* ---- streams and events ------------------------------------------------- */
+
+/* Index of a stream's record, or S.streams.n if it never had work. */
+static size_t stream_index(xsa_stream s) {
+    size_t i = 0;
+    while (i < S.streams.n && S.streams.v[i].stream != s) i++;
+    return i;
+}
+
+static xsa_event event_value(uint32_t slot) {
+    return (xsa_event)(uintptr_t)(((uint64_t)S.events.v[slot].gen << 32) | (slot + 1));
+}
+
+static sim_event *event_lookup(xsa_event e) {
+    uint64_t v = (uint64_t)(uintptr_t)e, slot = (v & 0xffffffffu) - 1;
+    if ((v & 0xffffffffu) == 0 || slot >= S.events.n) return NULL;
+    sim_event *ev = &S.events.v[slot];
+    return ev->live && ev->gen == (uint32_t)(v >> 32) ? ev : NULL;
+}
+
+static bool event_pending(const sim_event *ev) {
+    return ev->seq && ev->seq > S.streams.v[ev->stream].done;
+}
+
+static xsa_cu_result stream_query(xsa_stream stream) {
+    size_t i = stream_index(stream);
+    return i < S.streams.n && S.streams.v[i].last > S.streams.v[i].done ? XSA_CU_ERROR_NOT_READY : XSA_CU_SUCCESS;
+}
+
+static void complete_stream(size_t i) { S.streams.v[i].done = S.streams.v[i].last; }
+
+static xsa_cu_result stream_synchronize(xsa_stream stream) {
+    size_t i = stream_index(stream);
+    if (i < S.streams.n) complete_stream(i);
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result event_create(xsa_event *event, int device) {
+    if (!event) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    uint32_t slot;
+    if (S.free_event_slots.n) {
+        slot = S.free_event_slots.v[--S.free_event_slots.n];
+    } else {
+        if (!ARRAY_RESERVE(S.events, S.events.n + 1) || !ARRAY_RESERVE(S.free_event_slots, S.events.n + 1))
+            return XSA_CU_ERROR_OUT_OF_MEMORY;
+        slot = (uint32_t)S.events.n++;
+        S.events.v[slot].gen = 1;
+    }
+    sim_event *ev = &S.events.v[slot];
+    *ev = (sim_event){.gen = ev->gen, .live = true, .device = device};
+    S.live_events++;
+    *event = event_value(slot);
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result event_record(xsa_event event, xsa_stream stream) {
+    sim_event *ev = event_lookup(event);
+    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
+    size_t i = stream_index(stream);
+    if (i == S.streams.n) {
+        if (!ARRAY_RESERVE(S.streams, i + 1)) return XSA_CU_ERROR_OUT_OF_MEMORY;
+        S.streams.v[S.streams.n++] = (sim_stream){.stream = stream};
+    }
+    ev->stream = i;
+    ev->seq = S.streams.v[i].last = ++S.next_seq;
+    if (S.cfg.eager_events) complete_stream(i);
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result event_query(xsa_event event) {
+    sim_event *ev = event_lookup(event);
+    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
+    return event_pending(ev) ? XSA_CU_ERROR_NOT_READY : XSA_CU_SUCCESS;
+}
+
+/* Completes the event and everything recorded before it on its stream. */
+static xsa_cu_result event_synchronize(xsa_event event) {
+    sim_event *ev = event_lookup(event);
+    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
+    if (event_pending(ev)) S.streams.v[ev->stream].done = ev->seq;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result event_destroy(xsa_event event) {
+    sim_event *ev = event_lookup(event);
+    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
+    uint32_t slot = (uint32_t)(ev - S.events.v);
+    *ev = (sim_event){.gen = ev->gen + 1};
+    S.free_event_slots.v[S.free_event_slots.n++] = slot; /* room reserved at creation */
+    S.live_events--;
+    return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result stream_wait_event(xsa_stream stream, xsa_event event) {
+    (void)stream;
+    return event_lookup(event) ? XSA_CU_SUCCESS : XSA_CU_ERROR_INVALID_HANDLE;
+}
+
+void xsa_sim_complete_stream(xsa_stream stream) {
+    pthread_mutex_lock(&sim_lock);
+    size_t i = stream_index(stream);
+    if (i < S.streams.n) complete_stream(i);
+    pthread_mutex_unlock(&sim_lock);
+}
+
+void xsa_sim_complete_all(void) {
+    pthread_mutex_lock(&sim_lock);
+    for (size_t i = 0; i < S.streams.n; i++) complete_stream(i);
+    pthread_mutex_unlock(&sim_lock);
+}
+
+void xsa_sim_set_eager_events(int eager) {
+    pthread_mutex_lock(&sim_lock);
+    ensure_configured();
+    S.cfg.eager_events = eager != 0;
+    pthread_mutex_unlock(&sim_lock);
+}
+
+/* ---- error strings ------------------------------------------------------ */
+
+static const char *error_string(xsa_cu_result r) {
+    switch (r) {
+    case XSA_CU_SUCCESS: return "CUDA_SUCCESS: no error";
+    case XSA_CU_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE: invalid argument";
+    case XSA_CU_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY: out of memory";
+    case XSA_CU_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED: initialization error";
+    case XSA_CU_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected";
+    case XSA_CU_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE: invalid device ordinal";
+    case XSA_CU_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT: invalid device context";
+    case XSA_CU_ERROR_PEER_ACCESS_UNSUPPORTED: return "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: peer access is not supported between these two devices";
+    case XSA_CU_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE: invalid resource handle";
+    case XSA_CU_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND: named symbol not found";
+    case XSA_CU_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY: device not ready";
+    case XSA_CU_ERROR_NOT_PERMITTED: return "CUDA_ERROR_NOT_PERMITTED: operation not permitted";
+    case XSA_CU_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED: operation not supported";
+    case XSA_CU_ERROR_UNKNOWN: return "CUDA_ERROR_UNKNOWN: unknown error";
+    default: return "unrecognized CUDA error code";
+    }
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+static xsa_cu_result sim_init(void) { GUARDED(init, XSA_CU_SUCCESS); }
+static xsa_cu_result sim_device_get_count(int *c) { GUARDED(device_get_count, get_count(c)); }
+static xsa_cu_result sim_device_get_attribute(int *v, int a, int d) { GUARDED(device_get_attribute, get_attribute(v, a, d)); }
+static xsa_cu_result sim_device_total_mem(size_t *b, int d) { GUARDED(device_total_mem, total_mem(b, d)); }
+static xsa_cu_result sim_device_can_access_peer(int *c, int d, int p) { GUARDED(device_can_access_peer, can_access_peer(c, d, p)); }
+static xsa_cu_result sim_mem_get_info(int d, size_t *f, size_t *t) { GUARDED(mem_get_info, get_info(d, f, t)); }
+static xsa_cu_result sim_primary_ctx_retain(void **c, int d) { GUARDED(primary_ctx_retain, ctx_retain(c, d)); }
+static xsa_cu_result sim_primary_ctx_release(int d) { GUARDED(primary_ctx_release, ctx_release(d)); }
+static xsa_cu_result sim_ctx_set_current(void *c) { GUARDED(ctx_set_current, set_current(c)); }
+static xsa_cu_result sim_mem_get_granularity(size_t *g, int d, int e) { GUARDED(mem_get_granularity, get_granularity(g, d, e)); }
+static xsa_cu_result sim_mem_address_reserve(xsa_devptr *p, size_t s, size_t a) { GUARDED(mem_address_reserve, address_reserve(p, s, a)); }
+static xsa_cu_result sim_mem_address_free(xsa_devptr p, size_t s) { GUARDED(mem_address_free, address_free(p, s)); }
+static xsa_cu_result sim_mem_create(xsa_mem_handle *h, size_t s, int d, int e) { GUARDED(mem_create, mem_create(h, s, d, e)); }
+static xsa_cu_result sim_mem_release(xsa_mem_handle h) { GUARDED(mem_release, mem_release(h)); }
+static xsa_cu_result sim_mem_map(xsa_devptr p, size_t s, size_t o, xsa_mem_handle h) { GUARDED(mem_map, mem_map(p, s, o, h)); }
+static xsa_cu_result sim_mem_unmap(xsa_devptr p, size_t s) { GUARDED(mem_unmap, mem_unmap(p, s)); }
+static xsa_cu_result sim_mem_set_access(xsa_devptr p, size_t s, const int *d, int n) { GUARDED(mem_set_access, set_access(p, s, d, n)); }
+static xsa_cu_result sim_mem_export_fd(int *fd, xsa_mem_handle h) { GUARDED(mem_export_fd, export_fd(fd, h)); }
+static xsa_cu_result sim_mem_alloc(xsa_devptr *p, size_t s, int d) { GUARDED(mem_alloc, mem_alloc(p, s, d)); }
+static xsa_cu_result sim_mem_free(xsa_devptr p) { GUARDED(mem_free, mem_free(p)); }
+static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, stream_query(s)); }
+static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, stream_synchronize(s)); }
+static xsa_cu_result sim_event_create(xsa_event *e, int d) { GUARDED(event_create, event_create(e, d)); }
+static xsa_cu_result sim_event_record(xsa_event e, xsa_stream s) { GUARDED(event_record, event_record(e, s)); }
+static xsa_cu_result sim_event_query(xsa_event e) { GUARDED(event_query, event_query(e)); }
+static xsa_cu_result sim_event_synchronize(xsa_event e) { GUARDED(event_synchronize, event_synchronize(e)); }
+static xsa_cu_result sim_event_destroy(xsa_event e) { GUARDED(event_destroy, event_destroy(e)); }
+static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, stream_wait_event(s, e)); }
+
+static xsa_driver sim_table = {
+    .name = "sim",
+    .init = sim_init,
+    .device_get_count = sim_device_get_count,
+    .device_get_attribute = sim_device_get_attribute,
+    .device_total_mem = sim_device_total_mem,
+    .device_can_access_peer = sim_device_can_access_peer,
+    .mem_get_info = sim_mem_get_info,
+    .primary_ctx_retain = sim_primary_ctx_retain,
+    .primary_ctx_release = sim_primary_ctx_release,
+    .ctx_set_current = sim_ctx_set_current,
+    .mem_get_granularity = sim_mem_get_granularity,
+    .mem_address_reserve = sim_mem_address_reserve,
+    .mem_address_free = sim_mem_address_free,
+    .mem_create = sim_mem_create,
+    .mem_release = sim_mem_release,
+    .mem_map = sim_mem_map,
+    .mem_unmap = sim_mem_unmap,
+    .mem_set_access = sim_mem_set_access,
+    .mem_export_fd = sim_mem_export_fd,
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .stream_query = sim_stream_query,
+    .stream_synchronize = sim_stream_synchronize,
+    .event_create = sim_event_create,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_synchronize = sim_event_synchronize,
+    .event_destroy = sim_event_destroy,
+    .stream_wait_event = sim_stream_wait_event,
+    .error_string = error_string,
+};
+
+xsa_driver *xsa_driver_sim(void) { return &sim_table; }
+
+/* ---- usage and invariants ------------------------------------------------ */
+
+void xsa_sim_get_usage(xsa_sim_usage *u) {
+    memset(u, 0, sizeof *u);
+    pthread_mutex_lock(&sim_lock);
+    ensure_configured();
+    u->handles = S.live_handles;
+    u->handle_bytes = S.handle_bytes;
+    u->mapped_bytes = S.mapped_bytes;
+    u->reservations = S.resv.n;
+    u->reserved_bytes = S.reserved_bytes;
+    u->mem_allocs = S.allocs.n;
+    u->mem_alloc_bytes = S.alloc_bytes;
+    u->events = S.live_events;
+    for (size_t i = 0; i < S.events.n; i++)
+        if (S.events.v[i].live && event_pending(&S.events.v[i])) u->pending_events++;
+    for (int d = 0; d < S.cfg.devices; d++) u->device_used[d] = S.dev[d].used;
+    pthread_mutex_unlock(&sim_lock);
+}
+
+#define FAIL(...) (snprintf(err, errlen, __VA_ARGS__), 0)
+
+/* Pages: mapped ones name a handle still holding memory, access only where
+ * mapped and allowed; counts per handle go to refs[], totals are checked. */
+static int check_pages(size_t *refs, char *err, size_t errlen) {
+    size_t g = S.cfg.granularity, total = 0, resv_bytes = 0;
+    for (size_t k = 0; k < S.resv.n; k++) {
+        const sim_reservation *r = &S.resv.v[k];
+        if (k && S.resv.v[k - 1].base + S.resv.v[k - 1].size > r->base) return FAIL("reservations overlap or are unsorted");
+        size_t mapped = 0;
+        for (size_t i = 0; i < r->size / g; i++) {
+            const sim_page *pg = &r->pages[i];
+            if (!pg->map_id) {
+                if (pg->access) return FAIL("unmapped page %zu of reservation %zu has access bits", i, k);
+                continue;
+            }
+            if (pg->handle >= S.handles.n || S.handles.v[pg->handle].state == SLOT_FREE)
+                return FAIL("page %zu of reservation %zu maps a freed handle", i, k);
+            int owner = S.handles.v[pg->handle].device;
+            for (int d = 0; d < XSA_SIM_MAX_DEVICES; d++)
+                if ((pg->access >> d & 1) && (d >= S.cfg.devices || (d != owner && !S.cfg.peer[d][owner])))
+                    return FAIL("page %zu of reservation %zu grants access to device %d", i, k, d);
+            refs[pg->handle]++;
+            mapped++;
+        }
+        if (mapped != r->mapped_pages) return FAIL("reservation %zu counts %zu mapped pages, has %zu", k, r->mapped_pages, mapped);
+        total += mapped;
+        resv_bytes += r->size;
+    }
+    if (total * g != S.mapped_bytes) return FAIL("mapped_bytes %zu, pages say %zu", S.mapped_bytes, total * g);
+    if (resv_bytes != S.reserved_bytes) return FAIL("reserved_bytes %zu, reservations say %zu", S.reserved_bytes, resv_bytes);
+    return 1;
+}
+
+/* Handles: mapping refcounts match refs[], released ones are still mapped;
+ * adds their bytes to used[]. */
+static int check_handles(const size_t *refs, size_t *used, char *err, size_t errlen) {
+    size_t live = 0, bytes = 0, free_slots = 0;
+    for (size_t i = 0; i < S.handles.n; i++) {
+        const sim_handle *h = &S.handles.v[i];
+        if (h->state == SLOT_FREE) {
+            free_slots++;
+            if (refs[i]) return FAIL("freed handle slot %zu is mapped", i);
+            continue;
+        }
+        if (h->mapped_pages != refs[i]) return FAIL("handle slot %zu counts %zu mapped pages, has %zu", i, h->mapped_pages, refs[i]);
+        if (h->state == SLOT_RELEASED && !h->mapped_pages) return FAIL("released handle slot %zu is unmapped but not freed", i);
+        if (h->size == 0 || h->size % S.cfg.granularity) return FAIL("handle slot %zu has size %zu", i, h->size);
+        live++;
+        bytes += h->size;
+        used[h->device] += h->size;
+    }
+    if (live != S.live_handles || bytes != S.handle_bytes) return FAIL("handle counters %zu/%zu, table says %zu/%zu", S.live_handles, S.handle_bytes, live, bytes);
+    if (free_slots != S.free_handle_slots.n) return FAIL("%zu free handle slots, free list holds %zu", free_slots, S.free_handle_slots.n);
+    return 1;
+}
+
+static int check_allocs_and_devices(size_t *used, char *err, size_t errlen) {
+    size_t bytes = 0;
+    for (size_t i = 0; i < S.allocs.n; i++) {
+        const sim_alloc *a = &S.allocs.v[i];
+        if (i && S.allocs.v[i - 1].base >= a->base) return FAIL("allocations are unsorted");
+        used[a->device] += a->size;
+        bytes += a->size;
+    }
+    if (bytes != S.alloc_bytes) return FAIL("mem_alloc bytes %zu, allocations say %zu", S.alloc_bytes, bytes);
+    for (int d = 0; d < XSA_SIM_MAX_DEVICES; d++) {
+        if (used[d] != S.dev[d].used) return FAIL("device %d uses %zu bytes, handles and allocations say %zu", d, S.dev[d].used, used[d]);
+        if (used[d] > S.cfg.capacity) return FAIL("device %d over capacity", d);
+    }
+    return 1;
+}
+
+static int check_events(char *err, size_t errlen) {
+    size_t live = 0;
+    for (size_t i = 0; i < S.events.n; i++) {
+        const sim_event *ev = &S.events.v[i];
+        if (!ev->live) continue;
+        live++;
+        if (ev->seq && (ev->stream >= S.streams.n || ev->seq > S.streams.v[ev->stream].last))
+            return FAIL("event slot %zu recorded on an unknown stream", i);
+    }
+    if (live != S.live_events) return FAIL("%zu live events counted, table has %zu", S.live_events, live);
+    if (S.events.n - live != S.free_event_slots.n) return FAIL("event free list out of step");
+    return 1;
+}
+
+int xsa_sim_check(char *err, size_t errlen) {
+    char dummy[1];
+    if (!err) err = dummy, errlen = sizeof dummy;
+    size_t used[XSA_SIM_MAX_DEVICES] = {0};
+    pthread_mutex_lock(&sim_lock);
+    ensure_configured();
+    size_t *refs = calloc(S.handles.n + 1, sizeof *refs);
+    int ok = refs ? 1 : FAIL("out of memory");
+    ok = ok && check_pages(refs, err, errlen);
+    ok = ok && check_handles(refs, used, err, errlen);
+    ok = ok && check_allocs_and_devices(used, err, errlen);
+    ok = ok && check_events(err, errlen);
+    pthread_mutex_unlock(&sim_lock);
+    free(refs);
+    return ok;
+}
