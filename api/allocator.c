@@ -1,0 +1,351 @@
+/*
+ * api/allocator: the public C API over one pool per device.
+ *
+ * Design: initialisation (explicit, or lazy from XSALLOC_CONF on the first
+ * call) parses the configuration, picks the driver and counts devices. A
+ * device's pool is created on its first use. Each device has its own lock;
+ * a sharded pointer table finds the device of a pointer without a global
+ * lock. xsa_shutdown must not run concurrently with other calls.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/config.h"
+#include "api/errors.h"
+#include "api/internal.h"
+#include "api/ptr_table.h"
+#include "pool/pool.h"
+#include "vmm/sim.h"
+
+#define XSA_MAX_DEVICES 64
+
+typedef struct device_slot {
+    pthread_mutex_t lock;
+    xsa_pool *pool;          /* created on first use */
+    double pending_fraction; /* set before the pool existed; 0 = none */
+} device_slot;
+
+static struct {
+    pthread_mutex_t init_lock;
+    atomic_bool ready;
+    xsa_driver *drv;
+    const char *forced_driver; /* xsa_use_driver */
+    xsa_config config;
+    int devices;
+    device_slot slot[XSA_MAX_DEVICES];
+} g = {.init_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local int current_device;
+
+xsa_status xsa_use_driver(const char *name) {
+    if (name && strcmp(name, "cuda") != 0 && strcmp(name, "sim") != 0)
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_use_driver(\"%s\"): the driver is 'cuda' or 'sim'", name);
+    pthread_mutex_lock(&g.init_lock);
+    bool ready = atomic_load(&g.ready);
+    if (!ready) g.forced_driver = name && strcmp(name, "cuda") == 0 ? "cuda" : name ? "sim" : NULL;
+    pthread_mutex_unlock(&g.init_lock);
+    if (ready) return xsa_fail(XSA_ERROR_ALREADY_INITIALIZED, "xsa_use_driver: already initialised; call xsa_shutdown first");
+    return xsa_ok();
+}
+
+/* The driver to use, or NULL with the error set. */
+static xsa_driver *pick_driver(void) {
+    char why[512] = "";
+    xsa_driver *d = NULL;
+    if (!g.forced_driver)
+        d = xsa_driver_default(why, sizeof why);
+    else if (strcmp(g.forced_driver, "sim") == 0)
+        d = xsa_driver_sim();
+    else
+        d = xsa_driver_cuda(why, sizeof why);
+    if (!d) xsa_fail(XSA_ERROR_NO_DRIVER, "no usable CUDA driver: %s", why);
+    return d;
+}
+
+/* Called with init_lock held. */
+static xsa_status init_locked(const char *conf) {
+    const char *text = conf ? conf : getenv("XSALLOC_CONF");
+    char why[1024];
+    if (!xsa_config_parse(text, &g.config, why, sizeof why))
+        return xsa_fail(XSA_ERROR_CONFIG, "%s %s", conf ? "configuration:" : "XSALLOC_CONF:", why);
+    xsa_driver *d = pick_driver();
+    if (!d) return XSA_ERROR_NO_DRIVER;
+    xsa_cu_result r = XSA_DRV(d, init);
+    int count = 0;
+    if (r == XSA_CU_SUCCESS) r = XSA_DRV(d, device_get_count, &count);
+    if (r != XSA_CU_SUCCESS)
+        return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: initialisation failed: %s", d->name, d->error_string(r));
+    if (count <= 0) return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: no device", d->name);
+    if (!xsa_ptr_table_init()) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "out of host memory at initialisation");
+    g.drv = d;
+    g.devices = count < XSA_MAX_DEVICES ? count : XSA_MAX_DEVICES;
+    for (int i = 0; i < g.devices; i++) {
+        pthread_mutex_init(&g.slot[i].lock, NULL);
+        g.slot[i].pool = NULL;
+        g.slot[i].pending_fraction = 0;
+    }
+    atomic_store_explicit(&g.ready, true, memory_order_release);
+    return XSA_SUCCESS;
+}
+
+xsa_status xsa_init(const char *conf) {
+    pthread_mutex_lock(&g.init_lock);
+    xsa_status st = atomic_load(&g.ready)
+                        ? xsa_fail(XSA_ERROR_ALREADY_INITIALIZED, "xsa_init: already initialised; call xsa_shutdown first")
+                        : init_locked(conf);
+    pthread_mutex_unlock(&g.init_lock);
+    return st == XSA_SUCCESS ? xsa_ok() : st;
+}
+
+static xsa_status ensure_init(void) {
+    if (atomic_load_explicit(&g.ready, memory_order_acquire)) return XSA_SUCCESS;
+    pthread_mutex_lock(&g.init_lock);
+    xsa_status st = atomic_load(&g.ready) ? XSA_SUCCESS : init_locked(NULL);
+    pthread_mutex_unlock(&g.init_lock);
+    return st;
+}
+
+xsa_status xsa_shutdown(void) {
+    pthread_mutex_lock(&g.init_lock);
+    if (atomic_load(&g.ready)) {
+        for (int i = 0; i < g.devices; i++) {
+            if (g.slot[i].pool) xsa_pool_destroy(g.slot[i].pool);
+            g.slot[i].pool = NULL;
+            pthread_mutex_destroy(&g.slot[i].lock);
+        }
+        xsa_ptr_table_destroy();
+        atomic_store(&g.ready, false);
+        g.drv = NULL;
+        g.devices = 0;
+    }
+    pthread_mutex_unlock(&g.init_lock);
+    return xsa_ok();
+}
+
+xsa_driver *xsa_active_driver(void) { return ensure_init() == XSA_SUCCESS ? g.drv : NULL; }
+
+const char *xsa_driver_name(void) { return ensure_init() == XSA_SUCCESS ? g.drv->name : "none"; }
+
+xsa_status xsa_device_count(int *count) {
+    if (!count) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_device_count: count is NULL");
+    xsa_status st = ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    *count = g.devices;
+    return xsa_ok();
+}
+
+static xsa_status check_device(const char *fn, int device) {
+    xsa_status st = ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    if (device < 0 || device >= g.devices)
+        return xsa_fail(XSA_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d device%s)", fn, device, g.devices,
+                        g.devices == 1 ? "" : "s");
+    return XSA_SUCCESS;
+}
+
+xsa_status xsa_set_device(int device) {
+    xsa_status st = check_device("xsa_set_device", device);
+    if (st != XSA_SUCCESS) return st;
+    current_device = device;
+    return xsa_ok();
+}
+
+xsa_status xsa_get_device(int *device) {
+    if (!device) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_device: device is NULL");
+    *device = current_device;
+    return xsa_ok();
+}
+
+static xsa_status from_pool(xsa_pool_status ps) {
+    switch (ps) {
+    case XSA_POOL_OK: return XSA_SUCCESS;
+    case XSA_POOL_OOM: return XSA_ERROR_OUT_OF_MEMORY;
+    case XSA_POOL_BAD_POINTER: return XSA_ERROR_INVALID_POINTER;
+    case XSA_POOL_DRIVER_ERROR: return XSA_ERROR_DRIVER;
+    case XSA_POOL_HOST_OOM: return XSA_ERROR_OUT_OF_MEMORY;
+    case XSA_POOL_INVALID: return XSA_ERROR_INVALID_VALUE;
+    }
+    return XSA_ERROR_DRIVER;
+}
+
+/* Locks the device and returns its pool, creating it on first use. On
+ * failure the lock is not held. */
+static xsa_status lock_pool(int device, xsa_pool **out) {
+    device_slot *s = &g.slot[device];
+    pthread_mutex_lock(&s->lock);
+    if (!s->pool) {
+        const char *warning = NULL;
+        xsa_pool_options opt = g.config.pool;
+        if (s->pending_fraction > 0) opt.memory_fraction = s->pending_fraction;
+        xsa_pool_status ps = xsa_pool_create(&s->pool, g.drv, device, &opt, &warning, xsa_error_buffer(), XSA_ERROR_MAX);
+        if (ps != XSA_POOL_OK) {
+            s->pool = NULL;
+            pthread_mutex_unlock(&s->lock);
+            return from_pool(ps);
+        }
+        if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
+    }
+    *out = s->pool;
+    return XSA_SUCCESS;
+}
+
+static void unlock_pool(int device) { pthread_mutex_unlock(&g.slot[device].lock); }
+
+xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
+    if (!ptr) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_malloc: ptr is NULL");
+    *ptr = NULL;
+    xsa_status st = check_device("xsa_malloc", device);
+    if (st != XSA_SUCCESS) return st;
+    if (size == 0) return xsa_ok();
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    void *out = NULL;
+    xsa_pool_status ps = xsa_pool_malloc(p, size, stream, &out, xsa_error_buffer(), XSA_ERROR_MAX);
+    if (ps == XSA_POOL_OK && !xsa_ptr_table_insert((uintptr_t)out, device)) {
+        xsa_pool_free(p, out, xsa_error_buffer(), XSA_ERROR_MAX);
+        unlock_pool(device);
+        return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_malloc: out of host memory for the pointer table");
+    }
+    unlock_pool(device);
+    if (ps != XSA_POOL_OK) return from_pool(ps);
+    *ptr = out;
+    return xsa_ok();
+}
+
+xsa_status xsa_malloc_current(void **ptr, size_t size, void *stream) {
+    return xsa_malloc(ptr, size, current_device, stream);
+}
+
+xsa_status xsa_free(void *ptr) {
+    if (!ptr) return xsa_ok();
+    xsa_status st = ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    /* Out of the table first: once the pool has the block back, another
+     * thread may be handed the same address. */
+    int device = xsa_ptr_table_remove((uintptr_t)ptr);
+    if (device < 0)
+        return xsa_fail(XSA_ERROR_INVALID_POINTER, "xsa_free(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", ptr);
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_free(p, ptr, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    if (ps != XSA_POOL_OK) {
+        xsa_ptr_table_insert((uintptr_t)ptr, device); /* still allocated */
+        return from_pool(ps);
+    }
+    return xsa_ok();
+}
+
+/* The device of a live pointer, or an error naming the function. */
+static xsa_status device_of(const char *fn, void *ptr, int *device) {
+    xsa_status st = ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    *device = ptr ? xsa_ptr_table_lookup((uintptr_t)ptr) : -1;
+    if (*device < 0)
+        return xsa_fail(XSA_ERROR_INVALID_POINTER, "%s(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", fn, ptr);
+    return XSA_SUCCESS;
+}
+
+xsa_status xsa_record_stream(void *ptr, void *stream) {
+    int device;
+    xsa_status st = device_of("xsa_record_stream", ptr, &device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_record_stream(p, ptr, stream, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size) {
+    if (!base || !size) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_base_allocation: base or size is NULL");
+    int device;
+    xsa_status st = device_of("xsa_get_base_allocation", ptr, &device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_base_allocation(p, ptr, base, size);
+    unlock_pool(device);
+    if (ps != XSA_POOL_OK) return xsa_fail(from_pool(ps), "xsa_get_base_allocation(%p): not a live allocation", ptr);
+    return xsa_ok();
+}
+
+xsa_status xsa_empty_cache(void) {
+    xsa_status st = ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    for (int d = 0; d < g.devices; d++) {
+        device_slot *s = &g.slot[d];
+        pthread_mutex_lock(&s->lock);
+        xsa_pool_status ps = s->pool ? xsa_pool_empty_cache(s->pool, xsa_error_buffer(), XSA_ERROR_MAX) : XSA_POOL_OK;
+        pthread_mutex_unlock(&s->lock);
+        if (ps != XSA_POOL_OK) return from_pool(ps);
+    }
+    return xsa_ok();
+}
+
+xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest) {
+    xsa_status st = check_device("xsa_cache_info", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_cache_info(p, cached_free, largest);
+    unlock_pool(device);
+    return xsa_ok();
+}
+
+xsa_status xsa_set_memory_fraction(double fraction, int device) {
+    xsa_status st = check_device("xsa_set_memory_fraction", device);
+    if (st != XSA_SUCCESS) return st;
+    if (!(fraction > 0.0 && fraction <= 1.0))
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in (0, 1]", fraction, device);
+    device_slot *s = &g.slot[device];
+    pthread_mutex_lock(&s->lock);
+    if (s->pool)
+        xsa_pool_set_memory_fraction(s->pool, fraction);
+    else
+        s->pending_fraction = fraction;
+    pthread_mutex_unlock(&s->lock);
+    return xsa_ok();
+}
+
+xsa_status xsa_get_stats(int device, xsa_device_stats *stats) {
+    if (!stats) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_stats: stats is NULL");
+    xsa_status st = check_device("xsa_get_stats", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_get_stats(p, stats);
+    unlock_pool(device);
+    return xsa_ok();
+}
+
+static xsa_status with_pool(const char *fn, int device, void (*action)(xsa_pool *)) {
+    xsa_status st = check_device(fn, device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    action(p);
+    unlock_pool(device);
+    return xsa_ok();
+}
+
+xsa_status xsa_reset_peak_stats(int device) { return with_pool("xsa_reset_peak_stats", device, xsa_pool_reset_peak_stats); }
+
+xsa_status xsa_reset_accumulated_stats(int device) {
+    return with_pool("xsa_reset_accumulated_stats", device, xsa_pool_reset_accumulated_stats);
+}
+
+xsa_status xsa_check_invariants(int device) {
+    xsa_status st = check_device("xsa_check_invariants", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    char *err = xsa_error_buffer();
+    int ok = xsa_pool_check(p, err, XSA_ERROR_MAX);
+    unlock_pool(device);
+    if (ok && strcmp(g.drv->name, "sim") == 0) ok = xsa_sim_check(err, XSA_ERROR_MAX);
+    return ok ? xsa_ok() : XSA_ERROR_INVALID_VALUE;
+}
