@@ -1,0 +1,419 @@
+/*
+ * vmm/driver_cuda: the real driver behind the xsa_driver table.
+ *
+ * Design: the library never links libcuda. On first use libcuda.so.1 is
+ * dlopen'd, cuGetProcAddress is found with dlsym, and every entry point is
+ * resolved through it at the CUDA version whose ABI this file is written
+ * against (the version the variant we call appeared in, so an older driver
+ * that has it still works), always in the legacy-default-stream flavour so
+ * that a NULL stream means what the table says. cuda.h gives the types only;
+ * each function pointer has the type of cuda.h's own prototype. Setup runs
+ * once (pthread_once) and its outcome, table or sentence, is kept for every
+ * later call. Entry points that name a device make that device's primary
+ * context current first; each primary context is retained once, on first
+ * use, and kept for the life of the process.
+ */
+#include "vmm/driver.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(CUdeviceptr) == sizeof(xsa_devptr), "CUdeviceptr is 64-bit");
+_Static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(xsa_mem_handle),
+               "CUmemGenericAllocationHandle is 64-bit");
+
+/* Entry points with the CUDA version of the variant called. Names that
+ * cuda.h maps to _v2 (cuMemGetInfo, cuMemAlloc, ...) are asked for by their
+ * plain name at the version the _v2 ABI appeared in. */
+#define CUDA_ENTRIES(X)                                                        \
+    X(cuInit, 2000)                                                            \
+    X(cuDeviceGet, 2000)                                                       \
+    X(cuDeviceGetCount, 2000)                                                  \
+    X(cuDeviceGetAttribute, 2000)                                              \
+    X(cuDeviceTotalMem, 3020)                                                  \
+    X(cuDeviceCanAccessPeer, 4000)                                             \
+    X(cuGetErrorName, 6000)                                                    \
+    X(cuGetErrorString, 6000)                                                  \
+    X(cuMemGetInfo, 3020)                                                      \
+    X(cuDevicePrimaryCtxRetain, 7000)                                          \
+    X(cuDevicePrimaryCtxRelease, 11000)                                        \
+    X(cuCtxGetCurrent, 4000)                                                   \
+    X(cuCtxSetCurrent, 4000)                                                   \
+    X(cuPointerGetAttribute, 4000)                                             \
+    X(cuMemGetAllocationGranularity, 10020)                                    \
+    X(cuMemAddressReserve, 10020)                                              \
+    X(cuMemAddressFree, 10020)                                                 \
+    X(cuMemCreate, 10020)                                                      \
+    X(cuMemRelease, 10020)                                                     \
+    X(cuMemMap, 10020)                                                         \
+    X(cuMemUnmap, 10020)                                                       \
+    X(cuMemSetAccess, 10020)                                                   \
+    X(cuMemExportToShareableHandle, 10020)                                     \
+    X(cuMemAlloc, 3020)                                                        \
+    X(cuMemFree, 3020)                                                         \
+    X(cuStreamQuery, 2000)                                                     \
+    X(cuStreamSynchronize, 2000)                                               \
+    X(cuEventCreate, 2000)                                                     \
+    X(cuEventRecord, 2000)                                                     \
+    X(cuEventQuery, 2000)                                                      \
+    X(cuEventSynchronize, 2000)                                                \
+    X(cuEventDestroy, 4000)                                                    \
+    X(cuStreamWaitEvent, 3020)
+
+/* Member names go through cuda.h's _v2 macros like the prototypes do, so
+ * cu.cuMemGetInfo is a pointer of cuMemGetInfo_v2's type. */
+static struct {
+#define CUDA_MEMBER(name, version) __typeof__(name) *name;
+    CUDA_ENTRIES(CUDA_MEMBER)
+#undef CUDA_MEMBER
+} cu;
+
+typedef CUresult (*get_proc_v2_fn)(const char *, void **, int, cuuint64_t,
+                                   CUdriverProcAddressQueryResult *);
+typedef CUresult (*get_proc_v1_fn)(const char *, void **, int, cuuint64_t);
+
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static xsa_driver cuda_table;
+static xsa_driver *setup_result;
+static char setup_error[512];
+
+static int device_count;
+static CUdevice *devices;            /* ordinal -> CUdevice */
+static _Atomic(CUcontext) *primary;  /* ordinal -> retained primary context */
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int resolve(void *lib, const char *name, int version, void **fn) {
+    get_proc_v2_fn get_v2 = (get_proc_v2_fn)dlsym(lib, "cuGetProcAddress_v2");
+    get_proc_v1_fn get_v1 = get_v2 ? NULL : (get_proc_v1_fn)dlsym(lib, "cuGetProcAddress");
+    if (!get_v2 && !get_v1) {
+        snprintf(setup_error, sizeof setup_error,
+                 "libcuda.so.1 has neither cuGetProcAddress_v2 nor cuGetProcAddress "
+                 "(the driver is older than CUDA 11.3).");
+        return 0;
+    }
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    *fn = NULL;
+    CUresult r = get_v2 ? get_v2(name, fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status)
+                        : get_v1(name, fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+    if (r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS && *fn) return 1;
+    snprintf(setup_error, sizeof setup_error,
+             "libcuda.so.1 has no entry point %s at CUDA version %d.%d (%s).", name,
+             version / 1000, version % 1000 / 10,
+             status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                 ? "the driver is too old"
+                 : "symbol not found");
+    return 0;
+}
+
+static void setup(void) {
+    dlerror();
+    /* The handle is never closed: after cuInit the driver may own threads
+     * and handlers that point into it, and a failed setup is kept anyway. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        snprintf(setup_error, sizeof setup_error, "libcuda.so.1 could not be loaded: %s.",
+                 why ? why : "unknown dlopen error");
+        return;
+    }
+#define CUDA_RESOLVE(name, version)                                            \
+    if (!resolve(lib, #name, version, (void **)&cu.name)) return;
+    CUDA_ENTRIES(CUDA_RESOLVE)
+#undef CUDA_RESOLVE
+
+    CUresult r = cu.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        const char *name = NULL, *text = NULL;
+        if (cu.cuGetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
+        if (cu.cuGetErrorString(r, &text) != CUDA_SUCCESS) text = NULL;
+        snprintf(setup_error, sizeof setup_error, "cuInit failed with %s (%d): %s.",
+                 name ? name : "an unknown error", (int)r, text ? text : "no description");
+        return;
+    }
+    int n = 0;
+    r = cu.cuDeviceGetCount(&n);
+    if (r != CUDA_SUCCESS || n <= 0) {
+        snprintf(setup_error, sizeof setup_error, "no CUDA device (cuDeviceGetCount gave %d, error %d).",
+                 n, (int)r);
+        return;
+    }
+    devices = calloc((size_t)n, sizeof *devices);
+    primary = calloc((size_t)n, sizeof *primary);
+    if (!devices || !primary) {
+        free(devices);
+        free(primary);
+        snprintf(setup_error, sizeof setup_error, "out of host memory setting up the CUDA driver.");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        r = cu.cuDeviceGet(&devices[i], i);
+        if (r != CUDA_SUCCESS) {
+            free(devices);
+            free(primary);
+            snprintf(setup_error, sizeof setup_error, "cuDeviceGet(%d) failed with error %d.", i, (int)r);
+            return;
+        }
+    }
+    device_count = n;
+    setup_result = &cuda_table;
+}
+
+xsa_driver *xsa_driver_cuda(char *err, size_t errlen) {
+    pthread_once(&setup_once, setup);
+    if (!setup_result && err && errlen) snprintf(err, errlen, "%s", setup_error);
+    return setup_result;
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static CUresult device_of(int ordinal, CUdevice *dev) {
+    if (ordinal < 0 || ordinal >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = devices[ordinal];
+    return CUDA_SUCCESS;
+}
+
+/* Makes the device's primary context current, retaining it on first use. */
+static CUresult use_primary(int ordinal) {
+    if (ordinal < 0 || ordinal >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    CUcontext ctx = atomic_load_explicit(&primary[ordinal], memory_order_acquire);
+    if (!ctx) {
+        pthread_mutex_lock(&primary_lock);
+        ctx = atomic_load_explicit(&primary[ordinal], memory_order_relaxed);
+        if (!ctx) {
+            CUresult r = cu.cuDevicePrimaryCtxRetain(&ctx, devices[ordinal]);
+            if (r != CUDA_SUCCESS) {
+                pthread_mutex_unlock(&primary_lock);
+                return r;
+            }
+            atomic_store_explicit(&primary[ordinal], ctx, memory_order_release);
+        }
+        pthread_mutex_unlock(&primary_lock);
+    }
+    return cu.cuCtxSetCurrent(ctx);
+}
+
+static CUmemAllocationProp pinned_prop(int ordinal, int exportable) {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal;
+    prop.requestedHandleTypes = exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                                           : CU_MEM_HANDLE_TYPE_NONE;
+    return prop;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+static xsa_cu_result cuda_init(void) { return cu.cuInit(0); }
+
+static xsa_cu_result cuda_device_get_count(int *count) { return cu.cuDeviceGetCount(count); }
+
+static xsa_cu_result cuda_device_get_attribute(int *value, int attribute, int device) {
+    CUdevice dev;
+    CUresult r = device_of(device, &dev);
+    return r ? r : cu.cuDeviceGetAttribute(value, (CUdevice_attribute)attribute, dev);
+}
+
+static xsa_cu_result cuda_device_total_mem(size_t *bytes, int device) {
+    CUdevice dev;
+    CUresult r = device_of(device, &dev);
+    return r ? r : cu.cuDeviceTotalMem(bytes, dev);
+}
+
+static xsa_cu_result cuda_device_can_access_peer(int *can, int device, int peer) {
+    CUdevice dev, peer_dev;
+    CUresult r = device_of(device, &dev);
+    if (!r) r = device_of(peer, &peer_dev);
+    return r ? r : cu.cuDeviceCanAccessPeer(can, dev, peer_dev);
+}
+
+static xsa_cu_result cuda_mem_get_info(int device, size_t *free_bytes, size_t *total_bytes) {
+    CUresult r = use_primary(device);
+    return r ? r : cu.cuMemGetInfo(free_bytes, total_bytes);
+}
+
+static xsa_cu_result cuda_primary_ctx_retain(void **ctx, int device) {
+    CUdevice dev;
+    CUcontext c = NULL;
+    CUresult r = device_of(device, &dev);
+    if (!r) r = cu.cuDevicePrimaryCtxRetain(&c, dev);
+    if (!r) *ctx = c;
+    return r;
+}
+
+static xsa_cu_result cuda_primary_ctx_release(int device) {
+    CUdevice dev;
+    CUresult r = device_of(device, &dev);
+    return r ? r : cu.cuDevicePrimaryCtxRelease(dev);
+}
+
+static xsa_cu_result cuda_ctx_set_current(void *ctx) { return cu.cuCtxSetCurrent((CUcontext)ctx); }
+
+static xsa_cu_result cuda_mem_get_granularity(size_t *granularity, int device, int exportable) {
+    CUmemAllocationProp prop = pinned_prop(device, exportable);
+    return cu.cuMemGetAllocationGranularity(granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+}
+
+static xsa_cu_result cuda_mem_address_reserve(xsa_devptr *ptr, size_t size, size_t alignment) {
+    CUdeviceptr p = 0;
+    CUresult r = cu.cuMemAddressReserve(&p, size, alignment, 0, 0);
+    if (!r) *ptr = p;
+    return r;
+}
+
+static xsa_cu_result cuda_mem_address_free(xsa_devptr ptr, size_t size) {
+    return cu.cuMemAddressFree(ptr, size);
+}
+
+static xsa_cu_result cuda_mem_create(xsa_mem_handle *handle, size_t size, int device, int exportable) {
+    CUmemAllocationProp prop = pinned_prop(device, exportable);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = cu.cuMemCreate(&h, size, &prop, 0);
+    if (!r) *handle = h;
+    return r;
+}
+
+static xsa_cu_result cuda_mem_release(xsa_mem_handle handle) { return cu.cuMemRelease(handle); }
+
+static xsa_cu_result cuda_mem_map(xsa_devptr ptr, size_t size, size_t offset, xsa_mem_handle handle) {
+    return cu.cuMemMap(ptr, size, offset, handle, 0);
+}
+
+static xsa_cu_result cuda_mem_unmap(xsa_devptr ptr, size_t size) { return cu.cuMemUnmap(ptr, size); }
+
+static xsa_cu_result cuda_mem_set_access(xsa_devptr ptr, size_t size, const int *devs, int n) {
+    enum { ON_STACK = 16 };
+    CUmemAccessDesc stack_desc[ON_STACK];
+    if (n <= 0 || !devs) return CUDA_ERROR_INVALID_VALUE;
+    CUmemAccessDesc *desc = n <= ON_STACK ? stack_desc : calloc((size_t)n, sizeof *desc);
+    if (!desc) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < n; i++) {
+        memset(&desc[i], 0, sizeof desc[i]);
+        desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        desc[i].location.id = devs[i];
+        desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    CUresult r = cu.cuMemSetAccess(ptr, size, desc, (size_t)n);
+    if (desc != stack_desc) free(desc);
+    return r;
+}
+
+static xsa_cu_result cuda_mem_export_fd(int *fd, xsa_mem_handle handle) {
+    return cu.cuMemExportToShareableHandle(fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+}
+
+static xsa_cu_result cuda_mem_alloc(xsa_devptr *ptr, size_t size, int device) {
+    CUdeviceptr p = 0;
+    CUresult r = use_primary(device);
+    if (!r) r = cu.cuMemAlloc(&p, size);
+    if (!r) *ptr = p;
+    return r;
+}
+
+static xsa_cu_result cuda_mem_free(xsa_devptr ptr) {
+    /* cuMemFree needs some current context; a thread that has never made
+     * one current (a deferred free on a helper thread) gets the owner's. */
+    CUcontext cur = NULL;
+    int owner;
+    if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && !cur &&
+        cu.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) == CUDA_SUCCESS)
+        use_primary(owner);
+    return cu.cuMemFree(ptr);
+}
+
+static xsa_cu_result cuda_stream_query(xsa_stream stream) { return cu.cuStreamQuery((CUstream)stream); }
+
+static xsa_cu_result cuda_stream_synchronize(xsa_stream stream) {
+    return cu.cuStreamSynchronize((CUstream)stream);
+}
+
+static xsa_cu_result cuda_event_create(xsa_event *event, int device) {
+    CUevent e = NULL;
+    CUresult r = use_primary(device);
+    if (!r) r = cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+    if (!r) *event = e;
+    return r;
+}
+
+static xsa_cu_result cuda_event_record(xsa_event event, xsa_stream stream) {
+    return cu.cuEventRecord((CUevent)event, (CUstream)stream);
+}
+
+static xsa_cu_result cuda_event_query(xsa_event event) { return cu.cuEventQuery((CUevent)event); }
+
+static xsa_cu_result cuda_event_synchronize(xsa_event event) {
+    return cu.cuEventSynchronize((CUevent)event);
+}
+
+static xsa_cu_result cuda_event_destroy(xsa_event event) { return cu.cuEventDestroy((CUevent)event); }
+
+static xsa_cu_result cuda_stream_wait_event(xsa_stream stream, xsa_event event) {
+    return cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0);
+}
+
+/* "NAME: description", built once per code and kept (codes are < 1000);
+ * a code out of that range is formatted into a per-thread buffer. */
+enum { ERROR_CACHE = 1024 };
+static _Atomic(char *) error_cache[ERROR_CACHE];
+
+static const char *cuda_error_string(xsa_cu_result result) {
+    static _Thread_local char scratch[160];
+    int cacheable = result >= 0 && result < ERROR_CACHE;
+    if (cacheable) {
+        char *s = atomic_load_explicit(&error_cache[result], memory_order_acquire);
+        if (s) return s;
+    }
+    const char *name = NULL, *text = NULL;
+    if (cu.cuGetErrorName((CUresult)result, &name) != CUDA_SUCCESS || !name ||
+        cu.cuGetErrorString((CUresult)result, &text) != CUDA_SUCCESS || !text)
+        snprintf(scratch, sizeof scratch, "CUDA error %d: unrecognized CUDA error code", result);
+    else
+        snprintf(scratch, sizeof scratch, "%s: %s", name, text);
+    char *copy = cacheable ? strdup(scratch) : NULL;
+    if (!copy) return scratch;
+    char *expected = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&error_cache[result], &expected, copy,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        free(copy);
+        return expected;
+    }
+    return copy;
+}
+
+static xsa_driver cuda_table = {
+    .name = "cuda",
+    .init = cuda_init,
+    .device_get_count = cuda_device_get_count,
+    .device_get_attribute = cuda_device_get_attribute,
+    .device_total_mem = cuda_device_total_mem,
+    .device_can_access_peer = cuda_device_can_access_peer,
+    .mem_get_info = cuda_mem_get_info,
+    .primary_ctx_retain = cuda_primary_ctx_retain,
+    .primary_ctx_release = cuda_primary_ctx_release,
+    .ctx_set_current = cuda_ctx_set_current,
+    .mem_get_granularity = cuda_mem_get_granularity,
+    .mem_address_reserve = cuda_mem_address_reserve,
+    .mem_address_free = cuda_mem_address_free,
+    .mem_create = cuda_mem_create,
+    .mem_release = cuda_mem_release,
+    .mem_map = cuda_mem_map,
+    .mem_unmap = cuda_mem_unmap,
+    .mem_set_access = cuda_mem_set_access,
+    .mem_export_fd = cuda_mem_export_fd,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .stream_query = cuda_stream_query,
+    .stream_synchronize = cuda_stream_synchronize,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .event_destroy = cuda_event_destroy,
+    .stream_wait_event = cuda_stream_wait_event,
+    .error_string = cuda_error_string,
+};
