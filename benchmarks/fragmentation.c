@@ -116,8 +116,12 @@ static int parse_series(const char *csv, series *s) {
     s->reserved = malloc(lines * sizeof *s->reserved);
     if (!s->event || !s->allocated || !s->reserved) return -1;
     const char *p = strchr(csv, '\n'); /* skip the header */
+    /* event,allocated,reserved,allocated_peak,reserved_peak: plot the peaks
+     * between samples, so that short spikes show. */
     for (char *end; p && p[1]; p = strchr(end, '\n'), s->n++) {
         s->event[s->n] = (double)strtoull(p + 1, &end, 10);
+        strtoll(end + 1, &end, 10);
+        strtoll(end + 1, &end, 10);
         s->allocated[s->n] = (double)strtoll(end + 1, &end, 10);
         s->reserved[s->n] = (double)strtoll(end + 1, &end, 10);
     }
@@ -151,12 +155,12 @@ static const struct pytorch_figures *pytorch_for(const char *trace) {
 static void print_header(const char *driver) {
     printf("\nFragmentation on the bundled traces (driver: %s; GB = 1e9 bytes; ratio = peak reserved / peak allocated)\n\n",
            driver);
-    printf("| %-22s | %-10s | %10s | %10s | %6s | %-26s | %8s | %-44s |\n", "trace", "mode",
+    printf("| %-22s | %-10s | %10s | %10s | %6s | %-26s | %8s | %-30s |\n", "trace", "mode",
            "peak alloc", "peak resv", "ratio", "PyTorch (same mode)", "ns/event",
-           "driver calls: create/map/unmap/release/set_access; mem_alloc/mem_free");
+           "driver calls (*)");
     printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "------------", "------------",
            "------------", "--------", "----------------------------", "----------",
-           "----------------------------------------------");
+           "--------------------------------");
 }
 
 static void print_row(const char *trace, int mode, const run *rn) {
@@ -166,7 +170,7 @@ static void print_row(const char *trace, int mode, const run *rn) {
     if (pt && mode > 0)
         snprintf(ref, sizeof ref, "expandable %.2f GB, %.3f", pt->expandable_gb, pt->expandable_ratio);
     if (!rn->ok) {
-        printf("| %-22s | %-10s | %10s | %10s | %6s | %-26s | %8s | %-44s |\n", trace, modes[mode].name,
+        printf("| %-22s | %-10s | %10s | %10s | %6s | %-26s | %8s | %-30s |\n", trace, modes[mode].name,
                rn->skipped ? "skipped" : "failed", "", "", ref, "",
                rn->skipped ? "multi-stream: sim driver only" : "see stderr");
         return;
@@ -177,12 +181,13 @@ static void print_row(const char *trace, int mode, const run *rn) {
              (unsigned long long)r->map, (unsigned long long)r->unmap, (unsigned long long)r->release,
              (unsigned long long)r->set_access, (unsigned long long)r->mem_alloc,
              (unsigned long long)r->mem_free);
-    printf("| %-22s | %-10s | %7.2f GB | %7.2f GB | %6.3f | %-26s | %8.0f | %-44s |\n", trace,
+    printf("| %-22s | %-10s | %7.2f GB | %7.2f GB | %6.3f | %-26s | %8.0f | %-30s |\n", trace,
            modes[mode].name, r->peak_allocated / GB, r->peak_reserved / GB, r->ratio, ref,
            r->ns_per_event, calls);
 }
 
 static void print_footer(void) {
+    printf("\n(*) cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess; cuMemAlloc/cuMemFree, during the event loop.\n");
     printf("\nPyTorch figures: PyTorch 2.11's caching allocator replaying the same traces on an H100 "
            "(benchmarks/traces/README.md).\ncudaMallocAsync ran the workloads themselves at ratio");
     for (size_t i = 0; i < sizeof pytorch / sizeof *pytorch; i++)

@@ -24,6 +24,7 @@ typedef struct replay {
     const xsa_trace *t;
     void **ptrs; /* by trace id */
     FILE *series;
+    int64_t peak_allocated, peak_reserved; /* over the series' windows */
     char *err;
     size_t errlen;
 } replay;
@@ -54,14 +55,20 @@ static double now_ns(void) {
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+/* Writes the current values and the peaks since the previous sample; the
+ * peaks are reset (and kept here) so that a plot shows the spikes between
+ * samples. */
 static int sample(replay *rp, size_t event) {
     xsa_device_stats s;
     xsa_status st = xsa_get_stats(0, &s);
     if (st != XSA_SUCCESS) return fail_call(rp, st, "xsa_get_stats");
-    fprintf(rp->series, "%zu,%lld,%lld\n", event,
-            (long long)s.allocated_bytes[XSA_STAT_ALL].current,
-            (long long)s.reserved_bytes[XSA_STAT_ALL].current);
-    return 0;
+    const xsa_stat *a = &s.allocated_bytes[XSA_STAT_ALL], *r = &s.reserved_bytes[XSA_STAT_ALL];
+    fprintf(rp->series, "%zu,%lld,%lld,%lld,%lld\n", event, (long long)a->current,
+            (long long)r->current, (long long)a->peak, (long long)r->peak);
+    if (a->peak > rp->peak_allocated) rp->peak_allocated = a->peak;
+    if (r->peak > rp->peak_reserved) rp->peak_reserved = r->peak;
+    st = xsa_reset_peak_stats(0);
+    return st == XSA_SUCCESS ? 0 : fail_call(rp, st, "xsa_reset_peak_stats");
 }
 
 static int run_event(replay *rp, const xsa_trace_event *e) {
@@ -92,7 +99,8 @@ static int run_events(replay *rp, xsa_replay_result *r) {
     xsa_driver *d = xsa_active_driver();
     uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
     xsa_driver_read_calls(d, before);
-    if (rp->series) fputs("event,allocated_bytes,reserved_bytes\n", rp->series);
+    if (rp->series)
+        fputs("event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak\n", rp->series);
     double t0 = now_ns();
     for (size_t i = 0; i < n; i++) {
         if (run_event(rp, &rp->t->events[i])) return -1;
@@ -123,8 +131,11 @@ static int finish(replay *rp, xsa_replay_result *r) {
     xsa_device_stats s;
     xsa_status st = xsa_get_stats(0, &s);
     if (st != XSA_SUCCESS) return fail_call(rp, st, "xsa_get_stats");
+    /* Sampling resets the peaks: the whole replay's peak is the largest. */
     r->peak_allocated = s.allocated_bytes[XSA_STAT_ALL].peak;
     r->peak_reserved = s.reserved_bytes[XSA_STAT_ALL].peak;
+    if (rp->peak_allocated > r->peak_allocated) r->peak_allocated = rp->peak_allocated;
+    if (rp->peak_reserved > r->peak_reserved) r->peak_reserved = rp->peak_reserved;
     r->ratio = r->peak_allocated ? (double)r->peak_reserved / (double)r->peak_allocated : 0;
     r->pages_recycled = s.num_pages_recycled;
     r->num_alloc_retries = s.num_alloc_retries;

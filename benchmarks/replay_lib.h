@@ -39,8 +39,9 @@ typedef struct xsa_replay_result {
  * Replays `t` on device 0 with driver `driver` ("cuda", "sim" or NULL for
  * the default) and configuration `conf` (XSALLOC_CONF syntax; NULL reads
  * the environment). If `series` is not NULL, writes the CSV
- * "event,allocated_bytes,reserved_bytes" with about 2000 samples (sampling
- * is inside the timed loop). Returns 0, or -1 with a sentence in err (for a
+ * "event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak" with
+ * about 2000 samples: current values after `event` events, and the peaks
+ * since the previous sample (sampling is inside the timed loop). Returns 0, or -1 with a sentence in err (for a
  * failing event: its line number, the call and xsalloc's message).
  * xsalloc must not be initialised on entry; it is shut down on return.
  */
