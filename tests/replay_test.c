@@ -131,8 +131,8 @@ static void test_replay_command(void **state) {
     while (fgets(line, sizeof line, p)) strcpy(last, line);
     assert_int_equal(pclose(p), 0);
     static const char *const keys[] = {
-        "{\"trace\": \"synthetic_multistream\", \"driver\": \"sim\", \"conf\": \"expandable_segments:True\", "
-        "\"events\": 20000, ",
+        ("{\"trace\": \"synthetic_multistream\", \"driver\": \"sim\", \"conf\": \"expandable_segments:True\", "
+         "\"events\": 20000, "),
         "\"peak_allocated\": ", "\"peak_reserved\": ", "\"ratio\": ", "\"ns_per_event\": ",
         "\"create\": ", "\"map\": ", "\"unmap\": ", "\"release\": ", "\"mem_alloc\": 0, ",
         "\"mem_free\": 0, ", "\"set_access\": ", "\"pages_recycled\": ", "\"num_alloc_retries\": ",
