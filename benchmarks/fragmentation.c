@@ -119,11 +119,12 @@ static int parse_series(const char *csv, series *s) {
     /* event,allocated,reserved,allocated_peak,reserved_peak: plot the peaks
      * between samples, so that short spikes show. */
     for (char *end; p && p[1]; p = strchr(end, '\n'), s->n++) {
-        s->event[s->n] = (double)strtoull(p + 1, &end, 10);
-        strtoll(end + 1, &end, 10);
-        strtoll(end + 1, &end, 10);
-        s->allocated[s->n] = (double)strtoll(end + 1, &end, 10);
-        s->reserved[s->n] = (double)strtoll(end + 1, &end, 10);
+        double v[5];
+        end = (char *)p;
+        for (int i = 0; i < 5; i++) v[i] = (double)strtoll(end + 1, &end, 10);
+        s->event[s->n] = v[0];
+        s->allocated[s->n] = v[3];
+        s->reserved[s->n] = v[4];
     }
     return 0;
 }
