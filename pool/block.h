@@ -33,6 +33,7 @@ typedef struct xsa_block {
     bool in_free_set;
     int event_count;         /* record_stream events still outstanding after free */
     uint64_t gc_base;        /* pool's free-block lookup count when it became free */
+    uint64_t free_seq;       /* pool's free_seq when it became free */
     /* Streams that used the block besides its own (record_stream). */
     xsa_stream *stream_uses;
     int n_stream_uses, cap_stream_uses;

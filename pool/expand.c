@@ -103,15 +103,18 @@ static xsa_block *carve_front(xsa_pool *p, xsa_block *b, size_t size) {
     return front;
 }
 
-/* Called after pages were mapped (sign +1) or unmapped (-1). */
-static void account_mapped(xsa_pool *p, xsa_seg *s, size_t pages, int sign) {
+/* Called after pages were mapped (sign +1) or unmapped (-1); moved pages
+ * (recycling) are not counted as device allocations or frees. */
+static void account_mapped(xsa_pool *p, xsa_seg *s, size_t pages, int sign, bool moved) {
     size_t bytes = pages * p->page_size;
     bool crossed_empty = s->vm.mapped_pages == (sign > 0 ? pages : 0);
     p->reserved = sign > 0 ? p->reserved + bytes : p->reserved - bytes;
     xsa_stats_update(p->stats.reserved_bytes, s->kind, sign * (int64_t)bytes);
     /* A segment counts while it has mapped memory. */
     if (crossed_empty) xsa_stats_update(p->stats.segment, s->kind, sign);
-    if (sign > 0) {
+    if (moved) {
+        if (sign > 0) p->stats.num_pages_recycled += (int64_t)pages;
+    } else if (sign > 0) {
         p->stats.num_device_alloc++;
         p->stats.num_pages_mapped += (int64_t)pages;
     } else {
@@ -136,22 +139,43 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     size_t bytes = (need + p->page_size - 1) / p->page_size * p->page_size;
     if (bytes > u->size) bytes = u->size; /* the free block after u makes up the rest */
     size_t pages = bytes / p->page_size;
-    if (p->reserved + bytes > p->allowed_max) return XSA_POOL_OOM;
+    /* Recycled pages come back mapped elsewhere in this pool: no new memory. */
+    size_t moved = 0;
+    xsa_mem_handle *handles = NULL;
+    if (p->opt.page_recycling) {
+        handles = malloc(pages * sizeof *handles);
+        if (handles) moved = xsa_recycle_take(p, s, before, u->next, pages, handles);
+    }
+    if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
+        xsa_recycle_give_back(p, handles, moved);
+        free(handles);
+        return XSA_POOL_OOM;
+    }
     /* Take the block record before mapping, so nothing can fail after. */
     xsa_block *m = bytes < u->size ? carve_front(p, u, bytes) : u;
-    if (!m) {
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
+    size_t first = m ? (m->ptr - s->base) / p->page_size : 0;
+    xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
+    if (m) r = moved ? xsa_segment_map(&s->vm, first, moved, handles) : XSA_CU_SUCCESS;
+    if (r == XSA_CU_SUCCESS && moved < pages) {
+        r = xsa_segment_map(&s->vm, first + moved, pages - moved, NULL);
+        if (r != XSA_CU_SUCCESS && moved) xsa_segment_unmap(&s->vm, first, moved, handles);
     }
-    xsa_cu_result r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, NULL);
     if (r != XSA_CU_SUCCESS) {
+        xsa_recycle_give_back(p, handles, moved);
+        free(handles);
+        if (!m) {
+            snprintf(err, errlen, "device %d: out of host memory", p->device);
+            return XSA_POOL_HOST_OOM;
+        }
         if (m != u) absorb(p, u, m); /* give the carved range back to u */
         if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
         xsa_pool_driver_error(p, "mapping pages (cuMemCreate/cuMemMap/cuMemSetAccess)", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
+    free(handles);
     m->mapped = true;
-    account_mapped(p, s, pages, +1);
+    if (moved) account_mapped(p, s, moved, +1, true);
+    if (pages > moved) account_mapped(p, s, pages - moved, +1, false);
     if (before) absorb(p, m, before);
     if (is_free_mapped(m->next)) absorb(p, m, m->next);
     *out = m;
@@ -164,19 +188,17 @@ static void merge_unmapped(xsa_pool *p, xsa_block *u) {
     if (u->next && !u->next->mapped) absorb(p, u, u->next);
 }
 
-xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
+xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, size_t end, xsa_mem_handle *taken,
+                                       char *err, size_t errlen) {
     xsa_seg *s = b->seg;
     size_t page = p->page_size;
-    size_t first = (b->ptr - s->base + page - 1) / page;
-    size_t end = (b->ptr + b->size - s->base) / page;
-    if (end <= first) return XSA_POOL_OK; /* no whole page inside */
     uintptr_t lo = s->base + first * page, hi = s->base + end * page;
     /* Records for the pieces around the pages, taken before unmapping. */
     xsa_block *head = NULL, *tail = NULL;
     if (lo > b->ptr && !(head = xsa_block_new(&p->blocks))) goto host_oom;
     if (hi < b->ptr + b->size && !(tail = xsa_block_new(&p->blocks))) goto host_oom;
     xsa_pool_erase_free(p, b);
-    xsa_cu_result r = xsa_segment_unmap(&s->vm, first, end - first, NULL);
+    xsa_cu_result r = xsa_segment_unmap(&s->vm, first, end - first, taken);
     if (r != XSA_CU_SUCCESS) {
         xsa_pool_insert_free(p, b);
         if (head) xsa_block_delete(&p->blocks, head);
@@ -184,7 +206,7 @@ xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, siz
         xsa_pool_driver_error(p, "cuMemUnmap", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
-    account_mapped(p, s, end - first, -1);
+    account_mapped(p, s, end - first, -1, taken != NULL);
     uintptr_t b_end = b->ptr + b->size;
     if (head) {
         head->ptr = b->ptr;
@@ -223,10 +245,19 @@ host_oom:
     return XSA_POOL_HOST_OOM;
 }
 
+xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
+    size_t page = p->page_size;
+    size_t first = (b->ptr - b->seg->base + page - 1) / page;
+    size_t end = (b->ptr + b->size - b->seg->base) / page;
+    if (end <= first) return XSA_POOL_OK; /* no whole page inside */
+    return xsa_expand_unmap_pages(p, b, first, end, NULL, err, errlen);
+}
+
 void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
     size_t pages = s->vm.mapped_pages;
+    xsa_recycle_forget_segment(p, s);
     xsa_segment_destroy(&s->vm);
-    if (pages) account_mapped(p, s, pages, -1);
+    if (pages) account_mapped(p, s, pages, -1, false);
     for (xsa_block *b = s->first; b;) {
         xsa_block *next = b->next;
         if (b->in_free_set) xsa_pool_erase_free(p, b);

@@ -69,6 +69,7 @@ static void adjust_inactive_split(xsa_pool *p, xsa_block *b, int sign) {
 
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
     b->gc_base = p->free_lookups[b->seg->kind];
+    b->free_seq = ++p->free_seq;
     xsa_free_set_insert(&p->free[b->seg->kind], b);
     adjust_inactive_split(p, b, +1);
 }
@@ -131,8 +132,10 @@ void xsa_pool_destroy(xsa_pool *p) {
     while (p->segments) {
         xsa_seg *s = p->segments;
         xsa_pool_unlink_segment(p, s);
-        if (s->expandable)
+        if (s->expandable) {
+            xsa_recycle_forget_segment(p, s);
             xsa_segment_destroy(&s->vm);
+        }
         else
             XSA_DRV(p->drv, mem_free, s->base);
         free_segment_blocks(p, s);

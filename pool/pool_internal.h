@@ -31,6 +31,12 @@ typedef struct xsa_seg {
     size_t size;               /* classic: allocation size; expandable: reserved */
     xsa_block *first;          /* lowest-address block */
     xsa_segment vm;            /* expandable only */
+    /* Page recycling to another stream: an event recorded on this stream
+     * after the blocks freed before fence_seq; those may move once it
+     * completes (safe_seq). */
+    xsa_event fence;
+    bool fence_pending;
+    uint64_t fence_seq, safe_seq;
     struct xsa_seg *prev_seg, *next_seg;
 } xsa_seg;
 
@@ -45,6 +51,7 @@ struct xsa_pool {
     size_t reserved;           /* bytes mapped or cuMemAlloc'd (PyTorch's total_allocated_memory) */
     xsa_free_set free[XSA_POOL_KINDS];
     uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
+    uint64_t free_seq;         /* counts blocks becoming free (recycling fences) */
     xsa_ptr_map allocated;
     xsa_block_cache blocks;
     xsa_events events;
@@ -75,6 +82,20 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
                                  xsa_block **out, char *err, size_t errlen);
 /* Unmaps the whole pages inside free block b, splitting it around them. */
 xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
+/* Unmaps pages [first, end) of b's segment, all inside free block b; their
+ * handles go to taken[] (moved, not released) when taken is not NULL. */
+xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, size_t end, xsa_mem_handle *taken,
+                                       char *err, size_t errlen);
+
+/* recycle.c: takes up to `pages` whole free pages from free blocks of the
+ * pool's expandable segments (never `keep1`/`keep2`, the free blocks around
+ * the growth point of `target`) into handles[]; returns how many. */
+size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
+                        size_t pages, xsa_mem_handle *handles);
+/* Releases handles taken but not used (a failed growth). */
+void xsa_recycle_give_back(xsa_pool *p, xsa_mem_handle *handles, size_t n);
+/* Destroys the segment's fence event, if any. */
+void xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s);
 void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
 
 /* release.c */

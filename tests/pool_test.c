@@ -426,6 +426,67 @@ static void test_expandable_best_fit_prefers_non_tail(void **state) {
     teardown(p);
 }
 
+static void recycling(xsa_pool_options *o) { o->page_recycling = true; }
+
+static void fill(void *p, int byte, size_t n) { memset(p, byte, n); }
+
+static void expect_bytes(const void *p, int byte, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (((const unsigned char *)p)[i] != (unsigned char)byte) fail_msg("byte %zu of %p changed", i, p);
+}
+
+static void test_recycling_moves_free_pages_to_growth(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    void *a = alloc(p, 6 * MiB, S0); /* [0, 6) */
+    void *b = alloc(p, 4 * MiB, S0); /* [6, 10): pages 3 and 4 */
+    void *c = alloc(p, 2 * MiB, S0); /* [10, 12) */
+    fill(a, 0xA1, 6 * MiB);
+    fill(c, 0xC3, 2 * MiB);
+    release(p, b);
+    xsa_sim_usage u0, u1;
+    xsa_sim_get_usage(&u0);
+    void *d = alloc(p, 1000, S0); /* the small pool's segment grows by a recycled page */
+    xsa_sim_get_usage(&u1);
+    xsa_device_stats s = stats(p);
+    assert_int_equal(s.num_pages_recycled, 1);
+    assert_int_equal(u1.handles, u0.handles); /* no new physical page */
+    assert_int_equal(s.reserved_bytes[XSA_STAT_ALL].current, 12 * MiB);
+    assert_int_equal(s.reserved_bytes[XSA_STAT_SMALL_POOL].current, 2 * MiB);
+    fill(d, 0xDD, 1000);
+    expect_bytes(a, 0xA1, 6 * MiB);
+    expect_bytes(c, 0xC3, 2 * MiB);
+    release(p, a);
+    release(p, c);
+    release(p, d);
+    teardown(p);
+}
+
+static void test_recycling_waits_for_other_streams(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    void *a = alloc(p, 4 * MiB, S0);
+    void *keep = alloc(p, 2 * MiB, S0);
+    /* A pending record_stream block is never taken. */
+    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
+    release(p, a);
+    void *x = alloc(p, 2 * MiB, S1);
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    xsa_sim_complete_stream(S1);
+    /* Free now, but on S0: moving it to S1 needs a completed fence on S0. */
+    void *y = alloc(p, 2 * MiB, S1);
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    xsa_sim_complete_stream(S0);
+    void *z = alloc(p, 4 * MiB, S1);
+    assert_int_equal(stats(p).num_pages_recycled, 2);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 2 * MiB + 2 * MiB + 2 * MiB + 4 * MiB);
+    release(p, x);
+    release(p, y);
+    release(p, z);
+    release(p, keep);
+    teardown(p);
+}
+
 static void gc_half(xsa_pool_options *o) { o->garbage_collection_threshold = 0.5; }
 
 static void test_garbage_collection_frees_old_blocks(void **state) {
@@ -494,6 +555,8 @@ int main(void) {
         cmocka_unit_test(test_expandable_unmaps_only_whole_free_pages),
         cmocka_unit_test(test_expandable_map_failure_changes_nothing),
         cmocka_unit_test(test_expandable_best_fit_prefers_non_tail),
+        cmocka_unit_test(test_recycling_moves_free_pages_to_growth),
+        cmocka_unit_test(test_recycling_waits_for_other_streams),
         cmocka_unit_test(test_garbage_collection_frees_old_blocks),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_stats_reset),

@@ -1,0 +1,87 @@
+/*
+ * pool/recycle: physical page recycling between expandable segments.
+ *
+ * PyTorch's expandable segments keep the whole free pages in the middle of
+ * a segment mapped while the segment grows at its end, so reserved memory
+ * runs ahead of live memory. Here a growing segment first takes whole free
+ * pages out of free blocks of any expandable segment of the device (the
+ * smallest free blocks first, so large free blocks stay whole), unmaps them
+ * there and maps the same handles at the growth point. Only growth pays for
+ * it, never the cache-hit path.
+ *
+ * A page may leave its block only when no work that used it can still run.
+ * A free block on the growing segment's own stream is safe: later work on
+ * that stream is ordered after the work that freed it. For another stream,
+ * each segment keeps a fence: an event recorded on its stream; blocks that
+ * became free before the fence was recorded may move once it has completed
+ * (polled, never waited for). Blocks waiting for record_stream events are
+ * not free, so they are never taken.
+ */
+#include "pool/pool_internal.h"
+
+/* Refreshes s's fence without blocking; returns whether block b (of s) is
+ * safe to move to another stream. */
+static bool fenced(xsa_pool *p, xsa_seg *s, const xsa_block *b) {
+    if (s->fence_pending && XSA_DRV(p->drv, event_query, s->fence) == XSA_CU_SUCCESS) {
+        s->safe_seq = s->fence_seq;
+        s->fence_pending = false;
+    }
+    if (b->free_seq < s->safe_seq) return true;
+    if (!s->fence_pending) {
+        /* Start a fence covering everything freed so far, for a later growth. */
+        if (!s->fence && XSA_DRV(p->drv, event_create, &s->fence, p->device) != XSA_CU_SUCCESS) {
+            s->fence = NULL;
+            return false;
+        }
+        if (XSA_DRV(p->drv, event_record, s->fence, s->stream) == XSA_CU_SUCCESS) {
+            s->fence_seq = p->free_seq + 1;
+            s->fence_pending = true;
+        }
+    }
+    return false;
+}
+
+/* Takes up to `want` pages from the high end of free block b's whole pages. */
+static size_t take_from(xsa_pool *p, xsa_block *b, size_t want, xsa_mem_handle *handles) {
+    xsa_seg *s = b->seg;
+    size_t page = p->page_size;
+    size_t first = (b->ptr - s->base + page - 1) / page;
+    size_t end = (b->ptr + b->size - s->base) / page;
+    if (end <= first) return 0;
+    size_t n = end - first < want ? end - first : want;
+    char err[256];
+    if (xsa_expand_unmap_pages(p, b, end - n, end, handles, err, sizeof err) != XSA_POOL_OK) return 0;
+    return n;
+}
+
+size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
+                        size_t pages, xsa_mem_handle *handles) {
+    size_t got = 0;
+    for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
+        xsa_free_set *set = &p->free[k];
+        /* Ascending (stream, size): small free blocks first. Each step
+         * finds the next block before b is split. */
+        for (xsa_block *b = xsa_free_set_first(set), *next; b && got < pages; b = next) {
+            if (b->size < p->page_size) {
+                /* Skip the stream's blocks too small to hold a page. */
+                next = xsa_free_set_lower_bound(set, b->stream, p->page_size);
+                continue;
+            }
+            next = xsa_free_set_next(set, b);
+            if (b == keep1 || b == keep2 || !b->seg->expandable) continue;
+            if (b->stream != target->stream && !fenced(p, b->seg, b)) continue;
+            got += take_from(p, b, pages - got, handles + got);
+        }
+    }
+    return got;
+}
+
+void xsa_recycle_give_back(xsa_pool *p, xsa_mem_handle *handles, size_t n) {
+    for (size_t i = 0; i < n; i++) XSA_DRV(p->drv, mem_release, handles[i]);
+}
+
+void xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s) {
+    if (s->fence) XSA_DRV(p->drv, event_destroy, s->fence);
+    s->fence = NULL;
+    s->fence_pending = false;
+}
