@@ -2,7 +2,7 @@
 # compare.sh: xsalloc against PyTorch's allocators on a GPU machine, in one
 # command, printing one table.
 #
-#   benchmarks/gpu/compare.sh            (from anywhere; OUT=DIR keeps the results)
+#   benchmarks/gpu/compare.sh     (from anywhere; OUT=DIR keeps the results, OPS=N hot-path ops)
 #
 # Needs gcc, g++, CUDA headers in /usr/local/cuda/include, python3 with torch;
 # no Bazel. Steps: build xsalloc's replay and hotpath binaries with gcc
@@ -21,6 +21,7 @@ OUT=${OUT:-$(mktemp -d /tmp/xsa-compare.XXXXXX)}
 BUILD="$OUT/build"
 RES="$OUT/results.jsonl"
 OPS=${OPS:-200000}
+DRIVER=${DRIVER:-cuda} # DRIVER=sim: a dry run of xsalloc's side on a machine without a GPU
 PY=${PYTHON:-python3}
 BENCH="$ROOT/benchmarks/gpu/torch_bench.py"
 mkdir -p "$BUILD"
@@ -58,7 +59,7 @@ replay_xsalloc() {
     local trace=$1 mode conf line
     for m in "${MODES[@]}"; do
         read -r mode conf <<<"$m"
-        line=$("$BUILD/replay" --driver cuda --conf "$conf" "$trace" | tail -n 1) || return 1
+        line=$("$BUILD/replay" --driver "$DRIVER" --conf "$conf" "$trace" | tail -n 1) || return 1
         echo "$line" | tag "\"kind\": \"replay\", \"tool\": \"xsalloc\", \"mode\": \"$mode\"" >>"$RES"
     done
 }
@@ -91,7 +92,7 @@ hotpaths() {
     for m in "${MODES[@]}"; do
         read -r mode conf <<<"$m"
         log "hot path: xsalloc $mode"
-        "$BUILD/hotpath" --driver cuda --conf "$conf" --ops "$OPS" | tail -n 1 |
+        "$BUILD/hotpath" --driver "$DRIVER" --conf "$conf" --ops "$OPS" | tail -n 1 |
             tag "\"kind\": \"hotpath\", \"tool\": \"xsalloc\", \"mode\": \"$mode\"" >>"$RES" || failed=1
     done
     log "hot path: PyTorch native and cudaMallocAsync (builds the extension)"

@@ -187,10 +187,12 @@ def table(args):
     replay_table(replays)
     print("\n## Hot path (legacy default stream; median of 7 runs after a warm-up)\n")
     hotpath_table(hot)
-    ns = [r["ns_per_event"] for r in replays if r["tool"] == "xsalloc"]
-    if ns:
-        print(f"\nxsalloc replay cost: median {statistics.median(ns):.0f} ns an event over "
-              f"{len(ns)} replays (cuda driver).")
+    ours = [r for r in replays if r["tool"] == "xsalloc"]
+    if ours:
+        ns = statistics.median(r["ns_per_event"] for r in ours)
+        drivers = ", ".join(sorted({r["driver"] for r in ours}))
+        print(f"\nxsalloc replay cost: median {ns:.0f} ns an event over {len(ours)} replays "
+              f"({drivers} driver).")
 
 
 def main():
