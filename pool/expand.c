@@ -103,23 +103,23 @@ static xsa_block *carve_front(xsa_pool *p, xsa_block *b, size_t size) {
     return front;
 }
 
-/* Called after pages were mapped (sign +1) or unmapped (-1); moved pages
- * (recycling) are not counted as device allocations or frees. */
-static void account_mapped(xsa_pool *p, xsa_seg *s, size_t pages, int sign, bool moved) {
-    size_t bytes = pages * p->page_size;
+/* Called after `moved` recycled and `created` new pages were mapped (sign
+ * +1) or unmapped (-1); moved pages are not device allocations or frees. */
+static void account_mapped(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign) {
+    size_t pages = moved + created, bytes = pages * p->page_size;
     bool crossed_empty = s->vm.mapped_pages == (sign > 0 ? pages : 0);
     p->reserved = sign > 0 ? p->reserved + bytes : p->reserved - bytes;
     xsa_stats_update(p->stats.reserved_bytes, s->kind, sign * (int64_t)bytes);
     /* A segment counts while it has mapped memory. */
     if (crossed_empty) xsa_stats_update(p->stats.segment, s->kind, sign);
-    if (moved) {
-        if (sign > 0) p->stats.num_pages_recycled += (int64_t)pages;
-    } else if (sign > 0) {
+    if (sign > 0) p->stats.num_pages_recycled += (int64_t)moved;
+    if (!created) return;
+    if (sign > 0) {
         p->stats.num_device_alloc++;
-        p->stats.num_pages_mapped += (int64_t)pages;
+        p->stats.num_pages_mapped += (int64_t)created;
     } else {
         p->stats.num_device_free++;
-        p->stats.num_pages_unmapped += (int64_t)pages;
+        p->stats.num_pages_unmapped += (int64_t)created;
     }
 }
 
@@ -174,8 +174,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     }
     free(handles);
     m->mapped = true;
-    if (moved) account_mapped(p, s, moved, +1, true);
-    if (pages > moved) account_mapped(p, s, pages - moved, +1, false);
+    account_mapped(p, s, moved, pages - moved, +1);
     if (before) absorb(p, m, before);
     if (is_free_mapped(m->next)) absorb(p, m, m->next);
     *out = m;
@@ -206,7 +205,7 @@ xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, 
         xsa_pool_driver_error(p, "cuMemUnmap", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
-    account_mapped(p, s, end - first, -1, taken != NULL);
+    account_mapped(p, s, taken ? end - first : 0, taken ? 0 : end - first, -1);
     uintptr_t b_end = b->ptr + b->size;
     if (head) {
         head->ptr = b->ptr;
@@ -257,7 +256,7 @@ void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
     size_t pages = s->vm.mapped_pages;
     xsa_recycle_forget_segment(p, s);
     xsa_segment_destroy(&s->vm);
-    if (pages) account_mapped(p, s, pages, -1, false);
+    if (pages) account_mapped(p, s, 0, pages, -1);
     for (xsa_block *b = s->first; b;) {
         xsa_block *next = b->next;
         if (b->in_free_set) xsa_pool_erase_free(p, b);
