@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "api/internal.h"
 #include "api/xsalloc.h"
 #include "vmm/sim.h"
 
@@ -179,6 +180,28 @@ static void test_devices_are_separate(void **state) {
     OK(xsa_set_device(0));
 }
 
+static void test_no_vmm_falls_back_to_classic(void **state) {
+    (void)state;
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    c.vmm_supported = 0;
+    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
+    OK(xsa_init("expandable_segments:True"));
+    uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
+    xsa_driver_read_calls(xsa_active_driver(), before);
+    void *p = NULL;
+    OK(xsa_malloc(&p, 3 * MiB, 0, NULL));
+    xsa_driver_read_calls(xsa_active_driver(), after);
+    /* A classic 20 MiB segment from cuMemAlloc, no reservation. */
+    assert_int_equal(after[XSA_DRV_mem_alloc] - before[XSA_DRV_mem_alloc], 1);
+    assert_int_equal(after[XSA_DRV_mem_address_reserve] - before[XSA_DRV_mem_address_reserve], 0);
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.reserved_bytes[XSA_STAT_ALL].current, 20 * MiB);
+    OK(xsa_free(p));
+    INVARIANTS(0);
+}
+
 static void test_shutdown_returns_live_memory(void **state) {
     (void)state;
     OK(xsa_init(NULL));
@@ -245,6 +268,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_oom_carries_report_and_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_fraction_before_and_after_first_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_devices_are_separate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_vmm_falls_back_to_classic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_returns_live_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
     };
