@@ -17,6 +17,7 @@
 #include "api/errors.h"
 #include "api/internal.h"
 #include "api/ptr_table.h"
+#include "api/ranges.h"
 #include "pool/pool.h"
 #include "vmm/sim.h"
 
@@ -117,6 +118,7 @@ xsa_status xsa_shutdown(void) {
             pthread_mutex_destroy(&g.slot[i].lock);
         }
         xsa_ptr_table_destroy();
+        xsa_ranges_clear();
         atomic_store(&g.ready, false);
         g.drv = NULL;
         g.devices = 0;
@@ -171,6 +173,16 @@ static xsa_status from_pool(xsa_pool_status ps) {
     return XSA_ERROR_DRIVER;
 }
 
+static void range_reserved(void *ctx, int device, uintptr_t base, size_t size) {
+    (void)ctx;
+    xsa_ranges_add(base, size, device);
+}
+
+static void range_released(void *ctx, uintptr_t base) {
+    (void)ctx;
+    xsa_ranges_remove(base);
+}
+
 /* Locks the device and returns its pool, creating it on first use. On
  * failure the lock is not held. */
 static xsa_status lock_pool(int device, xsa_pool **out) {
@@ -187,6 +199,7 @@ static xsa_status lock_pool(int device, xsa_pool **out) {
             return from_pool(ps);
         }
         if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
+        xsa_pool_set_listener(s->pool, &(xsa_pool_listener){range_reserved, range_released, NULL});
     }
     *out = s->pool;
     return XSA_SUCCESS;
@@ -204,7 +217,8 @@ xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
     if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
     void *out = NULL;
     xsa_pool_status ps = xsa_pool_malloc(p, size, stream, &out, xsa_error_buffer(), XSA_ERROR_MAX);
-    if (ps == XSA_POOL_OK && !xsa_ptr_table_insert((uintptr_t)out, device)) {
+    /* Pointers inside an expandable reservation are found by range. */
+    if (ps == XSA_POOL_OK && xsa_ranges_find((uintptr_t)out) < 0 && !xsa_ptr_table_insert((uintptr_t)out, device)) {
         xsa_pool_free(p, out, xsa_error_buffer(), XSA_ERROR_MAX);
         unlock_pool(device);
         return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_malloc: out of host memory for the pointer table");
@@ -225,7 +239,12 @@ xsa_status xsa_free(void *ptr) {
     if (st != XSA_SUCCESS) return st;
     /* Out of the table first: once the pool has the block back, another
      * thread may be handed the same address. */
-    int device = xsa_ptr_table_remove((uintptr_t)ptr);
+    bool in_range = true;
+    int device = xsa_ranges_find((uintptr_t)ptr);
+    if (device < 0) {
+        in_range = false;
+        device = xsa_ptr_table_remove((uintptr_t)ptr);
+    }
     if (device < 0)
         return xsa_fail(XSA_ERROR_INVALID_POINTER, "xsa_free(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", ptr);
     xsa_pool *p;
@@ -233,7 +252,7 @@ xsa_status xsa_free(void *ptr) {
     xsa_pool_status ps = xsa_pool_free(p, ptr, xsa_error_buffer(), XSA_ERROR_MAX);
     unlock_pool(device);
     if (ps != XSA_POOL_OK) {
-        xsa_ptr_table_insert((uintptr_t)ptr, device); /* still allocated */
+        if (!in_range) xsa_ptr_table_insert((uintptr_t)ptr, device); /* still allocated */
         return from_pool(ps);
     }
     return xsa_ok();
@@ -243,7 +262,8 @@ xsa_status xsa_free(void *ptr) {
 static xsa_status device_of(const char *fn, void *ptr, int *device) {
     xsa_status st = ensure_init();
     if (st != XSA_SUCCESS) return st;
-    *device = ptr ? xsa_ptr_table_lookup((uintptr_t)ptr) : -1;
+    *device = ptr ? xsa_ranges_find((uintptr_t)ptr) : -1;
+    if (*device < 0 && ptr) *device = xsa_ptr_table_lookup((uintptr_t)ptr);
     if (*device < 0)
         return xsa_fail(XSA_ERROR_INVALID_POINTER, "%s(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", fn, ptr);
     return XSA_SUCCESS;

@@ -48,6 +48,7 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_strea
     b->seg = s;
     b->mapped = false;
     xsa_pool_link_segment(p, s);
+    if (p->listener.reserved) p->listener.reserved(p->listener.ctx, p->device, s->base, s->size);
     *out = s;
     return XSA_POOL_OK;
 }
@@ -254,6 +255,7 @@ xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, siz
 
 void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
     size_t pages = s->vm.mapped_pages;
+    if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
     xsa_recycle_forget_segment(p, s);
     xsa_segment_destroy(&s->vm);
     if (pages) account_mapped(p, s, 0, pages, -1);

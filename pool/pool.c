@@ -118,6 +118,8 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
     return XSA_POOL_OK;
 }
 
+void xsa_pool_set_listener(xsa_pool *p, const xsa_pool_listener *listener) { p->listener = *listener; }
+
 static void free_segment_blocks(xsa_pool *p, xsa_seg *s) {
     for (xsa_block *b = s->first; b;) {
         xsa_block *next = b->next;
@@ -133,6 +135,7 @@ void xsa_pool_destroy(xsa_pool *p) {
         xsa_seg *s = p->segments;
         xsa_pool_unlink_segment(p, s);
         if (s->expandable) {
+            if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
             xsa_recycle_forget_segment(p, s);
             xsa_segment_destroy(&s->vm);
         }

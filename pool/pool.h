@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "api/xsalloc.h"
 #include "pool/options.h"
@@ -46,6 +47,15 @@ typedef struct xsa_pool xsa_pool;
  * NULL) is set to a sentence to print once. */
 xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, const xsa_pool_options *opt,
                                 const char **warning, char *err, size_t errlen);
+/* Told when an expandable segment reserves or frees its address range. */
+typedef struct xsa_pool_listener {
+    void (*reserved)(void *ctx, int device, uintptr_t base, size_t size);
+    void (*released)(void *ctx, uintptr_t base);
+    void *ctx;
+} xsa_pool_listener;
+
+void xsa_pool_set_listener(xsa_pool *p, const xsa_pool_listener *listener);
+
 /* Returns all memory to the driver, live allocations included. */
 void xsa_pool_destroy(xsa_pool *p);
 

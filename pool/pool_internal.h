@@ -58,11 +58,25 @@ struct xsa_pool {
     xsa_seg *segments;
     size_t live_blocks;        /* allocated or pending free */
     xsa_device_stats stats;
+    xsa_pool_listener listener;
 };
 
+/* PyTorch's Stat arithmetic (current, peak, allocated, freed); inline
+ * because every malloc and free updates several. */
+static inline void xsa_stat_update(xsa_stat *stat, int64_t amount) {
+    stat->current += amount;
+    if (stat->current > stat->peak) stat->peak = stat->current;
+    if (amount > 0)
+        stat->allocated += amount;
+    else
+        stat->freed -= amount;
+}
+
 /* Which stats a pool kind updates: all + its own. */
-void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount);
-void xsa_stat_update(xsa_stat *stat, int64_t amount);
+static inline void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
+    xsa_stat_update(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat_update(&stat_by_type[kind == XSA_POOL_SMALL ? XSA_STAT_SMALL_POOL : XSA_STAT_LARGE_POOL], amount);
+}
 
 /* Free-set membership with the inactive_split accounting it implies. */
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b);

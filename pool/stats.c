@@ -1,21 +1,7 @@
-/* pool/stats: PyTorch's Stat arithmetic (current, peak, allocated, freed). */
+/* pool/stats: reading and resetting the stats (updates are inline in pool_internal.h). */
 #include "pool/pool_internal.h"
 
 #include <string.h>
-
-void xsa_stat_update(xsa_stat *stat, int64_t amount) {
-    stat->current += amount;
-    if (stat->current > stat->peak) stat->peak = stat->current;
-    if (amount > 0)
-        stat->allocated += amount;
-    else
-        stat->freed -= amount;
-}
-
-void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
-    xsa_stat_update(&stat_by_type[XSA_STAT_ALL], amount);
-    xsa_stat_update(&stat_by_type[kind == XSA_POOL_SMALL ? XSA_STAT_SMALL_POOL : XSA_STAT_LARGE_POOL], amount);
-}
 
 void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out) {
     *out = p->stats;
