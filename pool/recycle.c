@@ -19,26 +19,30 @@
  */
 #include "pool/pool_internal.h"
 
-/* Refreshes s's fence without blocking; returns whether block b (of s) is
- * safe to move to another stream. */
-static bool fenced(xsa_pool *p, xsa_seg *s, const xsa_block *b) {
+/* Polls s's fence; on completion everything freed before it may move. */
+static void poll_fence(xsa_pool *p, xsa_seg *s) {
     if (s->fence_pending && XSA_DRV(p->drv, event_query, s->fence) == XSA_CU_SUCCESS) {
         s->safe_seq = s->fence_seq;
         s->fence_pending = false;
     }
+}
+
+/* Whether block b (of s) is safe to move to another stream, without
+ * blocking. If not yet, a fence covering it is recorded on s's stream and
+ * polled at once: an idle stream completes it immediately. */
+static bool fenced(xsa_pool *p, xsa_seg *s, const xsa_block *b) {
+    poll_fence(p, s);
     if (b->free_seq < s->safe_seq) return true;
-    if (!s->fence_pending) {
-        /* Start a fence covering everything freed so far, for a later growth. */
-        if (!s->fence && XSA_DRV(p->drv, event_create, &s->fence, p->device) != XSA_CU_SUCCESS) {
-            s->fence = NULL;
-            return false;
-        }
-        if (XSA_DRV(p->drv, event_record, s->fence, s->stream) == XSA_CU_SUCCESS) {
-            s->fence_seq = p->free_seq + 1;
-            s->fence_pending = true;
-        }
+    if (s->fence_pending) return false;
+    if (!s->fence && XSA_DRV(p->drv, event_create, &s->fence, p->device) != XSA_CU_SUCCESS) {
+        s->fence = NULL;
+        return false;
     }
-    return false;
+    if (XSA_DRV(p->drv, event_record, s->fence, s->stream) != XSA_CU_SUCCESS) return false;
+    s->fence_seq = p->free_seq + 1;
+    s->fence_pending = true;
+    poll_fence(p, s);
+    return b->free_seq < s->safe_seq;
 }
 
 /* Takes up to `want` pages from the high end of free block b's whole pages. */
