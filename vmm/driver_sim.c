@@ -547,10 +547,13 @@ static sim_reservation *range_pages(xsa_devptr ptr, size_t size, size_t *first, 
 
 static xsa_cu_result mem_map(xsa_devptr ptr, size_t size, size_t offset, xsa_mem_handle handle) {
     size_t first = 0, n = 0;
-    sim_reservation *r = range_pages(ptr, size, &first, &n);
     sim_handle *h = handle_lookup(handle, SLOT_LIVE);
-    if (!r || !h || offset % S.cfg.granularity || offset > h->size || size > h->size - offset)
-        return XSA_CU_ERROR_INVALID_VALUE;
+    if (!h) return XSA_CU_ERROR_INVALID_VALUE;
+    /* The H100's driver (580) maps whole handles only, and says so before
+     * it looks at the address. */
+    if (offset != 0 || size != h->size) return XSA_CU_ERROR_NOT_SUPPORTED;
+    sim_reservation *r = range_pages(ptr, size, &first, &n);
+    if (!r) return XSA_CU_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < n; i++)
         if (r->pages[first + i].map_id) return XSA_CU_ERROR_INVALID_VALUE;
     int fd = h->own_fd >= 0 ? h->own_fd : S.dev[h->device].fd;
@@ -568,13 +571,13 @@ static xsa_cu_result mem_map(xsa_devptr ptr, size_t size, size_t offset, xsa_mem
     return XSA_CU_SUCCESS;
 }
 
-/* Pages [first, first+n) are mapped and cover whole mappings only. */
+/* No mapping crosses the ends of pages [first, first+n). Unmapped pages
+ * inside are allowed: the H100's driver unmaps such a range without error. */
 static bool whole_mappings(const sim_reservation *r, size_t first, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!r->pages[first + i].map_id) return false;
     size_t total = r->size / S.cfg.granularity, last = first + n - 1;
-    if (first > 0 && r->pages[first - 1].map_id == r->pages[first].map_id) return false;
-    return last + 1 == total || r->pages[last + 1].map_id != r->pages[last].map_id;
+    uint64_t head = r->pages[first].map_id, tail = r->pages[last].map_id;
+    if (head && first > 0 && r->pages[first - 1].map_id == head) return false;
+    return !tail || last + 1 == total || r->pages[last + 1].map_id != tail;
 }
 
 static xsa_cu_result mem_unmap(xsa_devptr ptr, size_t size) {
@@ -582,14 +585,17 @@ static xsa_cu_result mem_unmap(xsa_devptr ptr, size_t size) {
     sim_reservation *r = range_pages(ptr, size, &first, &n);
     if (!r || !whole_mappings(r, first, n)) return XSA_CU_ERROR_INVALID_VALUE;
     if (!reset_range((uintptr_t)ptr, size)) return XSA_CU_ERROR_UNKNOWN;
+    size_t unmapped = 0;
     for (size_t i = 0; i < n; i++) {
         sim_page *pg = &r->pages[first + i];
+        if (!pg->map_id) continue;
         sim_handle *h = &S.handles.v[pg->handle];
         if (--h->mapped_pages == 0 && h->state == SLOT_RELEASED) free_handle(pg->handle);
         *pg = (sim_page){0};
+        unmapped++;
     }
-    r->mapped_pages -= n;
-    S.mapped_bytes -= size;
+    r->mapped_pages -= unmapped;
+    S.mapped_bytes -= unmapped * S.cfg.granularity;
     return XSA_CU_SUCCESS;
 }
 
