@@ -140,13 +140,11 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     size_t bytes = (need + p->page_size - 1) / p->page_size * p->page_size;
     if (bytes > u->size) bytes = u->size; /* the free block after u makes up the rest */
     size_t pages = bytes / p->page_size;
-    /* Recycled pages come back mapped elsewhere in this pool: no new memory. */
+    /* Recycled pages come back mapped elsewhere in this pool: no new memory.
+     * handles[i] is a moved page's handle, or XSA_NO_HANDLE for a new one. */
     size_t moved = 0;
-    xsa_mem_handle *handles = NULL;
-    if (p->opt.page_recycling) {
-        handles = malloc(pages * sizeof *handles);
-        if (handles) moved = xsa_recycle_take(p, s, before, u->next, pages, handles);
-    }
+    xsa_mem_handle *handles = p->opt.page_recycling ? calloc(pages, sizeof *handles) : NULL;
+    if (handles) moved = xsa_recycle_take(p, s, before, u->next, pages, handles);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
         xsa_recycle_give_back(p, handles, moved);
         free(handles);
@@ -154,13 +152,8 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     }
     /* Take the block record before mapping, so nothing can fail after. */
     xsa_block *m = bytes < u->size ? carve_front(p, u, bytes) : u;
-    size_t first = m ? (m->ptr - s->base) / p->page_size : 0;
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
-    if (m) r = moved ? xsa_segment_map(&s->vm, first, moved, handles) : XSA_CU_SUCCESS;
-    if (r == XSA_CU_SUCCESS && moved < pages) {
-        r = xsa_segment_map(&s->vm, first + moved, pages - moved, NULL);
-        if (r != XSA_CU_SUCCESS && moved) xsa_segment_unmap(&s->vm, first, moved, handles);
-    }
+    if (m) r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, handles);
     if (r != XSA_CU_SUCCESS) {
         xsa_recycle_give_back(p, handles, moved);
         free(handles);

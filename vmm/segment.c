@@ -32,68 +32,52 @@ xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size
     return XSA_CU_SUCCESS;
 }
 
-/* Unmaps pages [first, first+n) one mapping at a time (each page was mapped
- * by its own cuMemMap). Stops at the first failure, returning how many pages
- * were unmapped in *done. Handles are left in s->handles. */
-static xsa_cu_result unmap_run(xsa_segment *s, size_t first, size_t n, size_t *done) {
-    for (*done = 0; *done < n; (*done)++) {
-        xsa_cu_result r = XSA_DRV(s->drv, mem_unmap, xsa_segment_page_addr(s, first + *done), s->page_size);
-        if (r != XSA_CU_SUCCESS) return r;
-    }
-    return XSA_CU_SUCCESS;
+/* Unmaps pages [first, first+n) with one cuMemUnmap: the driver accepts a
+ * range of several whole mappings (seen on the H100), and one call costs
+ * about what one page's does. The driver checks the range before it
+ * unmaps, so a failure leaves every page mapped. */
+static xsa_cu_result unmap_run(xsa_segment *s, size_t first, size_t n) {
+    if (n == 0) return XSA_CU_SUCCESS;
+    return XSA_DRV(s->drv, mem_unmap, xsa_segment_page_addr(s, first), n * s->page_size);
 }
 
-/* Maps the given handles back at [first, first+n) and grants access: the
- * undo of an unmap. Best effort: there is nothing more to undo if it fails. */
-static void remap_run(xsa_segment *s, size_t first, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        XSA_DRV(s->drv, mem_map, xsa_segment_page_addr(s, first + i), s->page_size, 0, s->handles[first + i]);
-    if (n) XSA_DRV(s->drv, mem_set_access, xsa_segment_page_addr(s, first), n * s->page_size, s->access, s->n_access);
-}
+/* Page i of a map call gets a new handle (else given[i] is the caller's). */
+static bool creates(const xsa_mem_handle *given, size_t i) { return !given || given[i] == XSA_NO_HANDLE; }
 
-/* Undo of a map that failed after `mapped` pages were mapped and `created`
- * handles were made (created >= mapped; only created handles are released). */
-static void undo_map(xsa_segment *s, size_t first, size_t mapped, size_t created) {
-    size_t unmapped = 0;
-    unmap_run(s, first, mapped, &unmapped);
-    for (size_t i = 0; i < created; i++) {
-        /* A handle whose unmap failed stays mapped; releasing it then frees
-         * the memory when the reservation goes, as the driver allows. */
-        XSA_DRV(s->drv, mem_release, s->handles[first + i]);
+/* Undo of a map that failed with pages [first, first+mapped) mapped and
+ * handles stored for pages [first, first+held). */
+static void undo_map(xsa_segment *s, size_t first, size_t mapped, size_t held, const xsa_mem_handle *given) {
+    /* If this unmap fails too, releasing still frees the memory once the
+     * reservation goes, as the driver allows. */
+    unmap_run(s, first, mapped);
+    for (size_t i = 0; i < held; i++) {
+        if (creates(given, i)) XSA_DRV(s->drv, mem_release, s->handles[first + i]);
+        s->handles[first + i] = XSA_NO_HANDLE;
     }
-    for (size_t i = 0; i < (created > mapped ? created : mapped); i++) s->handles[first + i] = XSA_NO_HANDLE;
 }
 
 xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_mem_handle *given) {
     if (first > s->max_pages || n > s->max_pages - first) return XSA_CU_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < n; i++)
         if (xsa_segment_page_mapped(s, first + i)) return XSA_CU_ERROR_INVALID_VALUE;
-    size_t created = 0, mapped = 0;
+    size_t mapped = 0, held = 0;
     xsa_cu_result r = XSA_CU_SUCCESS;
     for (; mapped < n; mapped++) {
         size_t page = first + mapped;
-        xsa_mem_handle h = XSA_NO_HANDLE;
-        if (given) {
-            h = given[mapped];
-        } else {
+        xsa_mem_handle h = given ? given[mapped] : XSA_NO_HANDLE;
+        if (creates(given, mapped)) {
             r = XSA_DRV(s->drv, mem_create, &h, s->page_size, s->device, 0);
             if (r != XSA_CU_SUCCESS) break;
-            created++;
         }
         s->handles[page] = h;
+        held++;
         r = XSA_DRV(s->drv, mem_map, xsa_segment_page_addr(s, page), s->page_size, 0, h);
         if (r != XSA_CU_SUCCESS) break;
     }
     if (r == XSA_CU_SUCCESS && n)
         r = XSA_DRV(s->drv, mem_set_access, xsa_segment_page_addr(s, first), n * s->page_size, s->access, s->n_access);
     if (r != XSA_CU_SUCCESS) {
-        if (given) {
-            size_t unmapped = 0;
-            unmap_run(s, first, mapped, &unmapped);
-            for (size_t i = 0; i <= mapped && i < n; i++) s->handles[first + i] = XSA_NO_HANDLE;
-        } else {
-            undo_map(s, first, mapped, created);
-        }
+        undo_map(s, first, mapped, held, given);
         return r;
     }
     s->mapped_pages += n;
@@ -104,12 +88,8 @@ xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_
     if (first > s->max_pages || n > s->max_pages - first) return XSA_CU_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < n; i++)
         if (!xsa_segment_page_mapped(s, first + i)) return XSA_CU_ERROR_INVALID_VALUE;
-    size_t done = 0;
-    xsa_cu_result r = unmap_run(s, first, n, &done);
-    if (r != XSA_CU_SUCCESS) {
-        remap_run(s, first, done);
-        return r;
-    }
+    xsa_cu_result r = unmap_run(s, first, n);
+    if (r != XSA_CU_SUCCESS) return r;
     for (size_t i = 0; i < n; i++) {
         xsa_mem_handle h = s->handles[first + i];
         s->handles[first + i] = XSA_NO_HANDLE;
@@ -126,8 +106,12 @@ xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_
 
 void xsa_segment_destroy(xsa_segment *s) {
     if (!s->handles) return;
-    for (size_t p = 0; p < s->max_pages && s->mapped_pages; p++)
-        if (xsa_segment_page_mapped(s, p)) xsa_segment_unmap(s, p, 1, NULL);
+    for (size_t p = 0; p < s->max_pages && s->mapped_pages;) {
+        size_t end = p;
+        while (end < s->max_pages && xsa_segment_page_mapped(s, end)) end++;
+        if (end > p) xsa_segment_unmap(s, p, end - p, NULL);
+        p = end + 1;
+    }
     XSA_DRV(s->drv, mem_address_free, s->base, s->max_pages * s->page_size);
     free(s->handles);
     memset(s, 0, sizeof *s);

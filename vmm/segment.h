@@ -7,7 +7,7 @@
  * is backed by its own physical handle (cuMemCreate of one granule), mapped
  * with its own cuMemMap, and access is granted once per contiguous run of
  * newly mapped pages (one cuMemSetAccess per run is much cheaper than one
- * per page). A map or unmap that fails part-way undoes what it did and
+ * per page); a run of pages is unmapped with one cuMemUnmap. A map or unmap that fails part-way undoes what it did and
  * leaves the segment as it was. Handles can also be passed in and taken out
  * (page recycling moves a page's handle from one segment to another).
  * Not thread safe: the owning pool serializes calls.
@@ -42,14 +42,15 @@ xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size
 /* Unmaps and releases every mapped page and frees the reservation. */
 void xsa_segment_destroy(xsa_segment *s);
 
-/* Maps pages [first, first+n), all currently unmapped. With given == NULL
- * new handles are created; otherwise given[i] backs page first+i and stays
- * owned by the caller if the call fails. */
+/* Maps pages [first, first+n), all currently unmapped. Page first+i gets a
+ * new handle when given is NULL or given[i] is XSA_NO_HANDLE, else given[i]
+ * (which stays the caller's if the call fails). One cuMemSetAccess covers
+ * the whole run. */
 xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_mem_handle *given);
 
-/* Unmaps pages [first, first+n), all currently mapped. With taken == NULL the
- * handles are released; otherwise they are stored in taken[0..n) and the
- * caller owns them. On failure the pages unmapped so far are mapped back. */
+/* Unmaps pages [first, first+n), all currently mapped, with one cuMemUnmap.
+ * With taken == NULL the handles are released; otherwise they are stored in
+ * taken[0..n) and the caller owns them. On failure nothing changes. */
 xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_handle *taken);
 
 /* Grants `peer` read/write on every mapped page now and on pages mapped later. */
