@@ -69,41 +69,6 @@ static xsa_block *find_unmapped(const xsa_seg *s, size_t size) {
     return best;
 }
 
-/* Removes free block `gone` (a neighbour of keep) and extends keep over it. */
-static void absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
-    if (gone->mapped) xsa_pool_erase_free(p, gone);
-    if (gone == keep->prev) {
-        keep->ptr = gone->ptr;
-        keep->prev = gone->prev;
-        if (keep->prev) keep->prev->next = keep;
-    } else {
-        keep->next = gone->next;
-        if (keep->next) keep->next->prev = keep;
-    }
-    keep->size += gone->size;
-    xsa_fix_first(keep);
-    xsa_block_delete(&p->blocks, gone);
-}
-
-/* Inserts a new block of `size` bytes at the start of b, taking them from b. */
-static xsa_block *carve_front(xsa_pool *p, xsa_block *b, size_t size) {
-    xsa_block *front = xsa_block_new(&p->blocks);
-    if (!front) return NULL;
-    front->ptr = b->ptr;
-    front->size = size;
-    front->stream = b->stream;
-    front->seg = b->seg;
-    front->mapped = b->mapped;
-    front->prev = b->prev;
-    if (front->prev) front->prev->next = front;
-    front->next = b;
-    b->prev = front;
-    b->ptr += size;
-    b->size -= size;
-    xsa_fix_first(front);
-    return front;
-}
-
 /* Called after `moved` recycled and `created` new pages were mapped (sign
  * +1) or unmapped (-1); moved pages are not device allocations or frees. */
 static void account_mapped(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign) {
@@ -151,7 +116,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
         return XSA_POOL_OOM;
     }
     /* Take the block record before mapping, so nothing can fail after. */
-    xsa_block *m = bytes < u->size ? carve_front(p, u, bytes) : u;
+    xsa_block *m = bytes < u->size ? xsa_pool_carve_front(p, u, bytes) : u;
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
     if (m) r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, handles);
     if (r != XSA_CU_SUCCESS) {
@@ -161,7 +126,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
             snprintf(err, errlen, "device %d: out of host memory", p->device);
             return XSA_POOL_HOST_OOM;
         }
-        if (m != u) absorb(p, u, m); /* give the carved range back to u */
+        if (m != u) xsa_pool_absorb(p, u, m); /* give the carved range back to u */
         if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
         xsa_pool_driver_error(p, "mapping pages (cuMemCreate/cuMemMap/cuMemSetAccess)", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
@@ -169,16 +134,16 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     free(handles);
     m->mapped = true;
     account_mapped(p, s, moved, pages - moved, +1);
-    if (before) absorb(p, m, before);
-    if (is_free_mapped(m->next)) absorb(p, m, m->next);
+    if (before) xsa_pool_absorb(p, m, before);
+    if (is_free_mapped(m->next)) xsa_pool_absorb(p, m, m->next);
     *out = m;
     return XSA_POOL_OK;
 }
 
 /* Merges unmapped block u with unmapped neighbours. */
 static void merge_unmapped(xsa_pool *p, xsa_block *u) {
-    if (u->prev && !u->prev->mapped) absorb(p, u, u->prev);
-    if (u->next && !u->next->mapped) absorb(p, u, u->next);
+    if (u->prev && !u->prev->mapped) xsa_pool_absorb(p, u, u->prev);
+    if (u->next && !u->next->mapped) xsa_pool_absorb(p, u, u->next);
 }
 
 xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, size_t end, xsa_mem_handle *taken,

@@ -180,28 +180,35 @@ static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
     return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
 }
 
+xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size) {
+    xsa_block *front = xsa_block_new(&p->blocks);
+    if (!front) return NULL;
+    front->ptr = b->ptr;
+    front->size = size;
+    front->stream = b->stream;
+    front->seg = b->seg;
+    front->mapped = b->mapped;
+    front->prev = b->prev;
+    if (front->prev) front->prev->next = front;
+    front->next = b;
+    b->prev = front;
+    b->ptr += size;
+    b->size -= size;
+    xsa_fix_first(front);
+    return front;
+}
+
 /* Hands out `size` bytes at the start of free block b (not in the free set),
  * returning the remainder to the free set. NULL only if out of host memory,
  * in which case b is back in the free set. */
 static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
     xsa_pool_kind kind = b->seg->kind;
     if (should_split(p, b, size)) {
-        xsa_block *front = xsa_block_new(&p->blocks);
+        xsa_block *front = xsa_pool_carve_front(p, b, size);
         if (!front) {
             xsa_pool_insert_free(p, b);
             return NULL;
         }
-        front->ptr = b->ptr;
-        front->size = size;
-        front->stream = b->stream;
-        front->seg = b->seg;
-        front->prev = b->prev;
-        if (front->prev) front->prev->next = front;
-        front->next = b;
-        b->prev = front;
-        b->ptr += size;
-        b->size -= size;
-        xsa_fix_first(front);
         xsa_pool_insert_free(p, b);
         b = front;
     }
@@ -352,21 +359,24 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
 
 /* ---- free ---- */
 
-/* Merges free block src into dst (dst's neighbour), if src is free. */
-static void try_merge(xsa_pool *p, xsa_block *dst, xsa_block *src) {
-    if (!src || src->allocated || src->event_count > 0 || !src->mapped) return;
-    xsa_pool_erase_free(p, src);
-    if (dst->prev == src) {
-        dst->ptr = src->ptr;
-        dst->prev = src->prev;
-        if (dst->prev) dst->prev->next = dst;
+void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
+    if (gone->mapped) xsa_pool_erase_free(p, gone);
+    if (gone == keep->prev) {
+        keep->ptr = gone->ptr;
+        keep->prev = gone->prev;
+        if (keep->prev) keep->prev->next = keep;
     } else {
-        dst->next = src->next;
-        if (dst->next) dst->next->prev = dst;
+        keep->next = gone->next;
+        if (keep->next) keep->next->prev = keep;
     }
-    dst->size += src->size;
-    xsa_fix_first(dst);
-    xsa_block_delete(&p->blocks, src);
+    keep->size += gone->size;
+    xsa_fix_first(keep);
+    xsa_block_delete(&p->blocks, gone);
+}
+
+/* Merges src into dst (its neighbour) if src is a free mapped block. */
+static void try_merge(xsa_pool *p, xsa_block *dst, xsa_block *src) {
+    if (src && !src->allocated && src->event_count == 0 && src->mapped) xsa_pool_absorb(p, dst, src);
 }
 
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {

@@ -86,6 +86,13 @@ void xsa_pool_erase_free(xsa_pool *p, xsa_block *b);
  * free neighbours. */
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b);
 
+/* Removes block `gone` (a free or unmapped neighbour of keep, like it in
+ * mapping) and extends keep over it. */
+void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone);
+/* Splits a new block of `size` bytes off the start of b (not in a free
+ * set); NULL if out of host memory. */
+xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size);
+
 /* Sets seg->first if b has become the segment's first block. */
 static inline void xsa_fix_first(xsa_block *b) {
     if (!b->prev) b->seg->first = b;
