@@ -7,13 +7,17 @@
 set -euo pipefail
 lib=$(realpath "$1")
 runtime=$(ldd "$lib" | grep -oE '/[^ ]*lib(asan|tsan)\.so[^ ]*' || true)
+# Only python3 gets the runtime: bash itself can crash with TSan preloaded.
+preload=()
 if [ -n "$runtime" ]; then
-    export LD_PRELOAD="$runtime" ASAN_OPTIONS=detect_leaks=0
+    preload=(env LD_PRELOAD="$runtime" ASAN_OPTIONS=detect_leaks=0)
 fi
-# The first python3 that starts (some builds crash with a preloaded TSan).
+# The first python3 that starts (a pyenv shim is a bash script; some builds
+# crash with TSan). Probed in a child bash that does not exec the probe, so
+# a crash notice goes to /dev/null too.
 py=
 for candidate in "$(command -v python3 || true)" /usr/bin/python3; do
-    if [ -x "$candidate" ] && "$candidate" -c pass 2>/dev/null; then
+    if [ -x "$candidate" ] && bash -c '"$@" -c pass; exit $?' probe "${preload[@]}" "$candidate" 2>/dev/null; then
         py=$candidate
         break
     fi
@@ -24,4 +28,4 @@ if [ -z "$py" ]; then
 fi
 echo "python_test: $py${runtime:+, preloading $runtime (the library is instrumented, python3 is not)}"
 export XSALLOC_LIBRARY="$lib" XSA_DRIVER=sim PYTHONPATH="$PWD/python" PYTHONDONTWRITEBYTECODE=1
-exec "$py" -m unittest discover -s tests/python -t tests/python -v
+exec "${preload[@]}" "$py" -m unittest discover -s tests/python -t tests/python -v
