@@ -1,0 +1,52 @@
+/*
+ * api/pytorch: entry points for frameworks that load an allocator from a
+ * shared library by function name.
+ *
+ * The xsa_torch_* functions have exactly the C signatures that
+ * torch.cuda.memory.CUDAPluggableAllocator (alloc/free) and its
+ * set_record_stream_fn / set_reset_fn / set_memory_fraction_fn /
+ * set_base_alloc_fn hooks call through. They never abort: a failure prints
+ * "xsalloc: <sentence>" on stderr and leaves xsa_last_error() set on the
+ * calling thread; xsa_torch_malloc then returns NULL.
+ *
+ * Every function here leaves the calling thread's current CUDA context as it
+ * found it (the driver makes a device's primary context current for the
+ * calls that name a device, which would otherwise change the CUDA runtime's
+ * current device under PyTorch or CuPy).
+ */
+#ifndef XSA_API_PYTORCH_H
+#define XSA_API_PYTORCH_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "api/xsalloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* xsa_malloc / xsa_free / xsa_empty_cache that keep the thread's current
+ * CUDA context. */
+xsa_status xsa_ctx_malloc(void **ptr, size_t size, int device, void *stream);
+xsa_status xsa_ctx_free(void *ptr);
+xsa_status xsa_ctx_empty_cache(void);
+
+/* CUDAPluggableAllocator(path, "xsa_torch_malloc", "xsa_torch_free").
+ * size 0 or a failure returns NULL; free ignores size, device and stream
+ * (xsalloc knows them). */
+void *xsa_torch_malloc(ssize_t size, int device, void *stream);
+void xsa_torch_free(void *ptr, ssize_t size, int device, void *stream);
+
+/* Hooks: set_record_stream_fn, set_reset_fn (torch.cuda.empty_cache),
+ * set_memory_fraction_fn, set_base_alloc_fn. base_alloc returns NULL and
+ * *size 0 for a pointer xsalloc does not own. */
+void xsa_torch_record_stream(void *ptr, void *stream);
+void xsa_torch_empty_cache(void);
+void xsa_torch_set_memory_fraction(double fraction, int device);
+void *xsa_torch_base_alloc(void *ptr, size_t *size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

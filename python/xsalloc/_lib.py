@@ -1,0 +1,224 @@
+"""ctypes binding of libxsalloc.so: finding it, the C declarations, statuses as exceptions.
+
+Design: one process-wide Library object (load()) over one dlopen of the
+shared library; PyTorch's CUDAPluggableAllocator dlopens the same path, so
+both see the same allocator state. Functions that do not exist in the loaded
+library (an older build) are simply absent from the CDLL: callers check with
+has(). Every status other than XSA_SUCCESS becomes an XsallocError carrying
+the status name and xsa_last_error()'s sentence, read on the same thread
+right after the call (the message is thread local in C).
+"""
+
+import ctypes
+import os
+import threading
+
+ENV_LIBRARY = "XSALLOC_LIBRARY"
+LIBRARY_NAME = "libxsalloc.so"
+
+SUCCESS = 0
+ERROR_OUT_OF_MEMORY = 2
+ERROR_ALREADY_INITIALIZED = 8
+
+
+class XsallocError(RuntimeError):
+    """A failed xsalloc call; .status is the C status name (e.g. 'XSA_ERROR_OUT_OF_MEMORY')."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class LibraryNotFoundError(ImportError):
+    """libxsalloc.so could not be found or loaded."""
+
+
+class _Stat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int64) for name in ("current", "peak", "allocated", "freed")]
+
+
+_POOLS = ("all", "small_pool", "large_pool")  # XSA_STAT_ALL, _SMALL_POOL, _LARGE_POOL
+_STAT_ARRAYS = (
+    "allocation", "segment", "active", "inactive_split", "allocated_bytes",
+    "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
+)
+_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
+_EXTRA = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled")
+
+
+class DeviceStats(ctypes.Structure):
+    """xsa_device_stats, field for field (api/xsalloc.h)."""
+
+    _fields_ = (
+        [(name, _Stat * len(_POOLS)) for name in _STAT_ARRAYS]
+        + [(name, ctypes.c_int64) for name in _COUNTERS]
+        + [("oversize_allocations", _Stat), ("oversize_segments", _Stat), ("max_split_size", ctypes.c_int64)]
+        + [(name, ctypes.c_int64) for name in _EXTRA]
+    )
+
+    def as_nested_dict(self):
+        """The layout of torch.cuda.memory_stats_as_nested_dict(), plus xsalloc's page counters."""
+
+        def stat(s):
+            return {"current": s.current, "peak": s.peak, "allocated": s.allocated, "freed": s.freed}
+
+        out = {name: getattr(self, name) for name in _COUNTERS + ("max_split_size",) + _EXTRA}
+        for name in _STAT_ARRAYS:
+            out[name] = {pool: stat(getattr(self, name)[i]) for i, pool in enumerate(_POOLS)}
+        out["oversize_allocations"] = stat(self.oversize_allocations)
+        out["oversize_segments"] = stat(self.oversize_segments)
+        return out
+
+
+_c = ctypes
+# name: (restype, argtypes). Status-returning functions return c_int.
+_DECLS = {
+    "xsa_status_name": (_c.c_char_p, [_c.c_int]),
+    "xsa_last_error": (_c.c_char_p, []),
+    "xsa_use_driver": (_c.c_int, [_c.c_char_p]),
+    "xsa_driver_name": (_c.c_char_p, []),
+    "xsa_init": (_c.c_int, [_c.c_char_p]),
+    "xsa_shutdown": (_c.c_int, []),
+    "xsa_device_count": (_c.c_int, [_c.POINTER(_c.c_int)]),
+    "xsa_malloc": (_c.c_int, [_c.POINTER(_c.c_void_p), _c.c_size_t, _c.c_int, _c.c_void_p]),
+    "xsa_free": (_c.c_int, [_c.c_void_p]),
+    "xsa_record_stream": (_c.c_int, [_c.c_void_p, _c.c_void_p]),
+    "xsa_empty_cache": (_c.c_int, []),
+    "xsa_cache_info": (_c.c_int, [_c.c_int, _c.POINTER(_c.c_size_t), _c.POINTER(_c.c_size_t)]),
+    "xsa_get_base_allocation": (_c.c_int, [_c.c_void_p, _c.POINTER(_c.c_void_p), _c.POINTER(_c.c_size_t)]),
+    "xsa_set_memory_fraction": (_c.c_int, [_c.c_double, _c.c_int]),
+    "xsa_get_stats": (_c.c_int, [_c.c_int, _c.POINTER(DeviceStats)]),
+    "xsa_reset_peak_stats": (_c.c_int, [_c.c_int]),
+    "xsa_reset_accumulated_stats": (_c.c_int, [_c.c_int]),
+    "xsa_check_invariants": (_c.c_int, [_c.c_int]),
+    # Added to the C API by the observability work; bound when the library has them.
+    "xsa_free_buffer": (None, [_c.c_void_p]),
+    "xsa_memory_summary": (_c.c_int, [_c.c_int, _c.c_int, _c.POINTER(_c.c_void_p)]),
+    "xsa_snapshot_json": (_c.c_int, [_c.POINTER(_c.c_void_p)]),
+    "xsa_ctx_malloc": (_c.c_int, [_c.POINTER(_c.c_void_p), _c.c_size_t, _c.c_int, _c.c_void_p]),
+    "xsa_ctx_free": (_c.c_int, [_c.c_void_p]),
+    "xsa_ctx_empty_cache": (_c.c_int, []),
+    "xsa_torch_malloc": (_c.c_void_p, [_c.c_ssize_t, _c.c_int, _c.c_void_p]),
+    "xsa_torch_free": (None, [_c.c_void_p, _c.c_ssize_t, _c.c_int, _c.c_void_p]),
+    "xsa_torch_record_stream": (None, [_c.c_void_p, _c.c_void_p]),
+    "xsa_torch_empty_cache": (None, []),
+    "xsa_torch_set_memory_fraction": (None, [_c.c_double, _c.c_int]),
+    "xsa_torch_base_alloc": (_c.c_void_p, [_c.c_void_p, _c.POINTER(_c.c_size_t)]),
+}
+
+# The entry points PyTorch's CUDAPluggableAllocator hooks call, by setter name.
+TORCH_HOOKS = {
+    "set_record_stream_fn": "xsa_torch_record_stream",
+    "set_reset_fn": "xsa_torch_empty_cache",
+    "set_memory_fraction_fn": "xsa_torch_set_memory_fraction",
+    "set_base_alloc_fn": "xsa_torch_base_alloc",
+}
+
+
+def candidates():
+    """Where the library is looked for, in order: $XSALLOC_LIBRARY alone if set,
+    else next to this package, then the Bazel output of the source tree."""
+    env = os.environ.get(ENV_LIBRARY)
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [
+        os.path.join(here, LIBRARY_NAME),
+        os.path.join(here, "..", "..", "bazel-bin", "api", LIBRARY_NAME),
+    ]
+
+
+class Library:
+    """The loaded library: declared ctypes functions plus status checking."""
+
+    def __init__(self, path):
+        self.path = path
+        self.cdll = ctypes.CDLL(path)
+        for name, (restype, argtypes) in _DECLS.items():
+            fn = getattr(self.cdll, name, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = restype, argtypes
+
+    def has(self, name):
+        return hasattr(self.cdll, name)
+
+    def address(self, name):
+        """The C function's address, as PyTorch's allocator setters take it."""
+        return ctypes.cast(getattr(self.cdll, name), ctypes.c_void_p).value
+
+    def last_error(self):
+        return self.cdll.xsa_last_error().decode(errors="replace")
+
+    def status_name(self, status):
+        return self.cdll.xsa_status_name(status).decode()
+
+    def check(self, status, what):
+        if status != SUCCESS:
+            detail = self.last_error() or "no detail"
+            raise XsallocError(self.status_name(status), f"{what}: {self.status_name(status)}: {detail}")
+
+    def init(self, conf=None):
+        """xsa_init(conf). Already initialised is accepted when conf is None
+        (a second use(), or a lazy init by an earlier call)."""
+        st = self.cdll.xsa_init(None if conf is None else conf.encode())
+        if st == ERROR_ALREADY_INITIALIZED and conf is None:
+            return
+        self.check(st, "xsa_init" if conf is None else f"xsa_init({conf!r})")
+
+    def driver_name(self):
+        return self.cdll.xsa_driver_name().decode()
+
+    def require_real_driver(self, who):
+        """PyTorch and CuPy need device memory: the simulated driver only when asked for ($XSA_DRIVER)."""
+        name = self.driver_name()
+        if name != "cuda" and os.environ.get("XSA_DRIVER") != name:
+            raise RuntimeError(
+                f"xsalloc: {who} needs the real CUDA driver, but xsalloc is on the '{name}' driver "
+                "(no usable GPU or libcuda.so.1); set XSA_DRIVER=cuda to see why"
+            )
+
+    def take_string(self, status, out, what):
+        """The malloc'd C string a function left in `out`, freed with xsa_free_buffer."""
+        self.check(status, what)
+        try:
+            return ctypes.string_at(out.value).decode()
+        finally:
+            self.cdll.xsa_free_buffer(out)
+
+    def device_count(self):
+        n = ctypes.c_int()
+        self.check(self.cdll.xsa_device_count(ctypes.byref(n)), "xsa_device_count")
+        return n.value
+
+    def stats(self, device):
+        s = DeviceStats()
+        self.check(self.cdll.xsa_get_stats(device, ctypes.byref(s)), f"xsa_get_stats({device})")
+        return s
+
+
+_lock = threading.Lock()
+_loaded = None
+
+
+def load():
+    """The process's Library, loading it on first use; LibraryNotFoundError names every path tried."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            tried = []
+            for path in candidates():
+                if not os.path.exists(path):
+                    tried.append(f"{path} (no such file)")
+                    continue
+                try:
+                    _loaded = Library(os.path.realpath(path))
+                    break
+                except OSError as e:
+                    tried.append(f"{path} ({e})")
+            if _loaded is None:
+                raise LibraryNotFoundError(
+                    "xsalloc: cannot load libxsalloc.so; tried " + "; ".join(tried)
+                    + ". Build it (bazel build //api:libxsalloc.so, or the gcc line in tests/gpu/run_torch_cupy.sh)"
+                    f" and set {ENV_LIBRARY}=/path/to/libxsalloc.so"
+                )
+        return _loaded

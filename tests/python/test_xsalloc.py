@@ -1,0 +1,409 @@
+"""The Python package against libxsalloc.so on the simulated driver, no GPU.
+
+Design: the C entry points are called the way PyTorch and CuPy call them:
+through raw function pointers taken from the library (CFUNCTYPE over the
+addresses the package hands to torch's CUDAPluggableAllocator), and through
+the package's own ctypes layer. Neither torch nor CuPy is needed: their
+absence is simulated with sys.modules[name] = None, and use() is driven
+against small stand-ins with the same attributes, which record what the
+package asks of them. The simulated driver's memory is host memory, so
+blocks handed out are written and read back. Each test starts from
+xsa_shutdown + xsa_init on the simulated driver. Needs XSALLOC_LIBRARY and
+XSA_DRIVER=sim (tests/python_test.sh sets both).
+"""
+
+import contextlib
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+
+import xsalloc
+import xsalloc.cupy
+import xsalloc.torch
+from xsalloc import _lib
+
+MiB = 1 << 20
+STREAM2 = 0x2000  # an opaque stream handle for the simulated driver
+
+# Signatures torch's CUDAPluggableAllocator calls through (c10 CUDAPluggableAllocator.h).
+TORCH_MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+TORCH_FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+TORCH_RECORD_STREAM = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+TORCH_RESET = ctypes.CFUNCTYPE(None)
+TORCH_FRACTION = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)
+TORCH_BASE_ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
+
+# torch.cuda.memory_stats()'s keys (PyTorch 2.x, Module.cpp memoryStats).
+TORCH_KEYS = (
+    {f"{a}.{p}.{m}"
+     for a in ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+               "active_bytes", "inactive_split_bytes", "requested_bytes")
+     for p in ("all", "small_pool", "large_pool")
+     for m in ("current", "peak", "allocated", "freed")}
+    | {f"{a}.{m}" for a in ("oversize_allocations", "oversize_segments")
+       for m in ("current", "peak", "allocated", "freed")}
+    | {"num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
+       "max_split_size"}
+)
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """What C code writes on fd 2 inside the block, as a one-item list filled on exit."""
+    out = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            out.append(f.read().decode())
+
+
+class SimTestCase(unittest.TestCase):
+    conf = "max_split_size_mb:64"
+
+    def setUp(self):
+        self.lib = _lib.load()
+        c = self.lib.cdll
+        c.xsa_shutdown()
+        self.lib.check(c.xsa_use_driver(b"sim"), "xsa_use_driver")
+        self.lib.init(self.conf)
+        self.assertEqual(self.lib.driver_name(), "sim")
+
+    def tearDown(self):
+        self.lib.check(self.lib.cdll.xsa_check_invariants(0), "xsa_check_invariants")
+
+    def fn(self, proto, name):
+        return proto(self.lib.address(name))
+
+    def stat(self, key):
+        return xsalloc.memory_stats(0)[key]
+
+
+class TorchEntryPointTest(SimTestCase):
+    def test_malloc_free_and_empty_cache_through_function_pointers(self):
+        malloc = self.fn(TORCH_MALLOC, "xsa_torch_malloc")
+        free = self.fn(TORCH_FREE, "xsa_torch_free")
+        p = malloc(3 * MiB, 0, None)
+        self.assertTrue(p)
+        ctypes.memset(p, 0x5A, 3 * MiB)  # really mapped memory
+        self.assertEqual(ctypes.string_at(p + 3 * MiB - 4, 4), b"\x5a" * 4)
+        self.assertEqual(self.stat("allocated_bytes.all.current"), 3 * MiB)
+        self.assertEqual(self.stat("requested_bytes.large_pool.current"), 3 * MiB)
+        free(p, 3 * MiB, 0, None)
+        self.assertEqual(self.stat("allocated_bytes.all.current"), 0)
+        self.assertGreaterEqual(self.stat("reserved_bytes.all.current"), 3 * MiB)  # cached
+        self.fn(TORCH_RESET, "xsa_torch_empty_cache")()
+        self.assertEqual(self.stat("reserved_bytes.all.current"), 0)
+
+    def test_size_zero_is_null_without_a_message(self):
+        with captured_stderr() as err:
+            p = self.fn(TORCH_MALLOC, "xsa_torch_malloc")(0, 0, None)
+            self.fn(TORCH_FREE, "xsa_torch_free")(None, 0, 0, None)
+        self.assertIsNone(p)
+        self.assertEqual(err[0], "")
+
+    def test_out_of_memory_returns_null_and_says_why(self):
+        self.fn(TORCH_FRACTION, "xsa_torch_set_memory_fraction")(0.001, 0)  # ~82 MiB of 80 GiB
+        with captured_stderr() as err:
+            p = self.fn(TORCH_MALLOC, "xsa_torch_malloc")(1 << 30, 0, None)
+        self.assertIsNone(p)
+        self.assertIn("xsalloc: xsa_torch_malloc failed (XSA_ERROR_OUT_OF_MEMORY)", err[0])
+        self.assertEqual(self.stat("num_ooms"), 1)
+        self.assertTrue(self.fn(TORCH_MALLOC, "xsa_torch_malloc")(MiB, 0, None), "usable after the OOM")
+        self.lib.cdll.xsa_empty_cache()
+
+    def test_bad_calls_print_and_return(self):
+        with captured_stderr() as err:
+            self.assertIsNone(self.fn(TORCH_MALLOC, "xsa_torch_malloc")(-1, 0, None))
+            self.assertIsNone(self.fn(TORCH_MALLOC, "xsa_torch_malloc")(MiB, 7, None))
+            self.fn(TORCH_FREE, "xsa_torch_free")(0x1234, 8, 0, None)
+            self.fn(TORCH_RECORD_STREAM, "xsa_torch_record_stream")(0x1234, STREAM2)
+            self.fn(TORCH_FRACTION, "xsa_torch_set_memory_fraction")(1.5, 0)
+        lines = err[0].splitlines()
+        self.assertEqual(len(lines), 5, err[0])
+        self.assertIn("negative size -1", lines[0])
+        self.assertIn("XSA_ERROR_INVALID_DEVICE", lines[1])
+        self.assertIn("xsa_torch_free failed (XSA_ERROR_INVALID_POINTER)", lines[2])
+        self.assertIn("xsa_torch_record_stream failed (XSA_ERROR_INVALID_POINTER)", lines[3])
+        self.assertIn("xsa_torch_set_memory_fraction failed (XSA_ERROR_INVALID_VALUE)", lines[4])
+
+    def test_record_stream_defers_the_free_until_the_stream_is_done(self):
+        malloc = self.fn(TORCH_MALLOC, "xsa_torch_malloc")
+        p = malloc(2 * MiB, 0, None)
+        self.fn(TORCH_RECORD_STREAM, "xsa_torch_record_stream")(p, STREAM2)
+        self.fn(TORCH_FREE, "xsa_torch_free")(p, 2 * MiB, 0, None)
+        self.assertEqual(self.stat("allocated_bytes.all.current"), 0)
+        self.assertEqual(self.stat("active_bytes.all.current"), 2 * MiB, "pending on STREAM2")
+        self.assertNotEqual(malloc(2 * MiB, 0, None), p, "not reusable while STREAM2 may use it")
+        self.lib.cdll.xsa_sim_complete_all()
+        self.assertEqual(malloc(2 * MiB, 0, None), p, "reused once STREAM2 is done")
+
+    def test_base_allocation(self):
+        base_alloc = self.fn(TORCH_BASE_ALLOC, "xsa_torch_base_alloc")
+        malloc = self.fn(TORCH_MALLOC, "xsa_torch_malloc")
+        a, b = malloc(4 * MiB, 0, None), malloc(4 * MiB, 0, None)
+        size = ctypes.c_size_t(0)
+        base = base_alloc(b, ctypes.byref(size))
+        self.assertTrue(base <= a < base + size.value and base <= b < base + size.value, "one expandable segment")
+        with captured_stderr() as err:
+            self.assertIsNone(base_alloc(b + 16, ctypes.byref(size)))
+        self.assertEqual(size.value, 0)
+        self.assertIn("XSA_ERROR_INVALID_POINTER", err[0])
+
+
+class StatsTest(SimTestCase):
+    def test_keys_are_torchs_plus_page_counters(self):
+        keys = set(xsalloc.memory_stats(0))
+        self.assertEqual(keys - TORCH_KEYS, {"num_pages_mapped", "num_pages_unmapped", "num_pages_recycled"})
+        self.assertEqual(TORCH_KEYS - keys, set())
+        self.assertEqual(list(xsalloc.memory_stats(0)), sorted(keys), "sorted like torch's")
+
+    def test_values_follow_the_struct_layout(self):
+        p = ctypes.c_void_p()
+        self.lib.check(self.lib.cdll.xsa_ctx_malloc(ctypes.byref(p), 3 * MiB, 0, None), "malloc")
+        s = xsalloc.memory_stats_as_nested_dict(0)
+        self.assertEqual(s["max_split_size"], 64 * MiB)  # from conf; a layout slip would misplace it
+        self.assertEqual(s["allocation"]["large_pool"]["current"], 1)
+        self.assertEqual(s["allocation"]["small_pool"]["current"], 0)
+        self.assertEqual(s["num_pages_mapped"], 2)  # 3 MiB on 2 MiB pages
+        xsalloc.reset_peak_memory_stats(0)
+        self.lib.check(self.lib.cdll.xsa_ctx_free(p), "free")
+        s = xsalloc.memory_stats(0)
+        self.assertEqual((s["allocated_bytes.all.current"], s["allocated_bytes.all.peak"]), (0, 3 * MiB))
+        xsalloc.reset_peak_memory_stats(0)
+        xsalloc.reset_accumulated_memory_stats(0)
+        s = xsalloc.memory_stats(0)
+        self.assertEqual((s["allocated_bytes.all.peak"], s["allocated_bytes.all.allocated"]), (0, 0))
+
+    def test_summary_has_torchs_layout(self):
+        p = self.fn(TORCH_MALLOC, "xsa_torch_malloc")(3 * MiB, 0, None)
+        text = xsalloc.memory_summary(0)
+        lines = text.splitlines()
+        self.assertTrue(all(len(line) == 77 for line in lines), [line for line in lines if len(line) != 77])
+        self.assertIn("|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |", lines)
+        self.assertIn("| Allocated memory      |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |", lines)
+        self.assertIn("|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |", lines)
+        self.assertIn("| Allocations           |       1    |       1    |       1    |       0    |", lines)
+        self.assertEqual(len(xsalloc.memory_summary(0, abbreviated=True).splitlines()), len(lines) - 18)
+        self.fn(TORCH_FREE, "xsa_torch_free")(p, 0, 0, None)
+
+    def test_snapshot(self):
+        if not self.lib.has("xsa_snapshot_json"):
+            with self.assertRaisesRegex(NotImplementedError, "no xsa_snapshot_json"):
+                xsalloc.snapshot()
+            return
+        p = self.fn(TORCH_MALLOC, "xsa_torch_malloc")(3 * MiB, 0, None)
+        snap = xsalloc.snapshot()
+        blocks = [b for seg in snap["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"]
+        self.assertEqual([(b["address"], b["size"]) for b in blocks], [(p, 3 * MiB)])
+        self.fn(TORCH_FREE, "xsa_torch_free")(p, 0, 0, None)
+
+    def test_errors_become_exceptions_with_the_sentence(self):
+        self.lib.cdll.xsa_shutdown()
+        with self.assertRaises(xsalloc.XsallocError) as cm:
+            self.lib.init("max_split_size_mb:lots")
+        self.assertEqual(cm.exception.status, "XSA_ERROR_CONFIG")
+        self.assertIn("max_split_size_mb", str(cm.exception))
+        self.lib.init(self.conf)
+        with self.assertRaisesRegex(xsalloc.XsallocError, "XSA_ERROR_INVALID_DEVICE"):
+            xsalloc.memory_stats(5)
+
+
+class LibraryLoadingTest(unittest.TestCase):
+    def run_python(self, library, code="import xsalloc; xsalloc.memory_stats(0)"):
+        env = dict(os.environ, XSALLOC_LIBRARY=library)
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+    def test_missing_library(self):
+        r = self.run_python("/nonexistent/libxsalloc.so")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("LibraryNotFoundError", r.stderr)
+        self.assertIn("/nonexistent/libxsalloc.so (no such file)", r.stderr)
+        self.assertIn("XSALLOC_LIBRARY", r.stderr)
+
+    def test_not_a_library(self):
+        r = self.run_python(os.path.abspath(__file__))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("cannot load libxsalloc.so; tried " + os.path.abspath(__file__), r.stderr)
+
+    def test_environment_library_loads(self):
+        r = self.run_python(os.environ["XSALLOC_LIBRARY"], "import xsalloc; print(xsalloc.driver_name())")
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "sim"), r.stderr)
+
+
+@contextlib.contextmanager
+def module_as(name, module):
+    """sys.modules[name] = module inside the block (None: 'import name' fails)."""
+    saved = sys.modules.get(name, ...)
+    sys.modules[name] = module
+    try:
+        yield module
+    finally:
+        if saved is ...:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = saved
+
+
+def fake_torch(cuda_initialized=False):
+    """A stand-in for torch with what xsalloc.torch touches, recording the calls."""
+    torch = types.ModuleType("torch")
+    cuda = types.SimpleNamespace(is_initialized=lambda: cuda_initialized,
+                                 _get_device_index=lambda device, optional=False: 0 if device is None else int(device))
+    memory = types.SimpleNamespace(installed=None, memory_stats_as_nested_dict=None)
+
+    class Native:
+        def __init__(self):
+            self.hooks = {}
+
+        def __getattr__(self, name):
+            if name.startswith("set_"):
+                return lambda address: self.hooks.__setitem__(name, address)
+            raise AttributeError(name)
+
+    class CUDAPluggableAllocator:
+        def __init__(self, path, alloc_fn_name, free_fn_name):
+            so = ctypes.CDLL(path)  # what torch does
+            self.fns = [ctypes.cast(getattr(so, n), ctypes.c_void_p).value for n in (alloc_fn_name, free_fn_name)]
+            self.native = Native()
+
+        def allocator(self):
+            return self.native
+
+    def change_current_allocator(allocator):
+        memory.installed = allocator
+
+    memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+    memory.change_current_allocator = change_current_allocator
+    cuda.memory = memory
+    torch.cuda = cuda
+    return torch
+
+
+class FakeTorchTest(SimTestCase):
+    def tearDown(self):
+        xsalloc.torch._installed = None
+        super().tearDown()
+
+    def test_torch_missing(self):
+        with module_as("torch", None):
+            with self.assertRaisesRegex(ImportError, "xsalloc.torch needs PyTorch"):
+                xsalloc.torch.use()
+
+    def test_refuses_after_cuda_initialisation(self):
+        with module_as("torch", fake_torch(cuda_initialized=True)) as torch:
+            with self.assertRaisesRegex(RuntimeError, "must run before PyTorch initialises CUDA"):
+                xsalloc.torch.use()
+        self.assertIsNone(torch.cuda.memory.installed)
+
+    def test_use_installs_the_entry_points_and_hooks(self):
+        with module_as("torch", fake_torch()) as torch:
+            alloc = xsalloc.torch.use()
+            self.assertIs(torch.cuda.memory.installed, alloc)
+            self.assertIs(xsalloc.torch.use(), alloc, "idempotent")
+            hooks = alloc.native.hooks
+            self.assertEqual(set(hooks), set(_lib.TORCH_HOOKS))
+            malloc, free = TORCH_MALLOC(alloc.fns[0]), TORCH_FREE(alloc.fns[1])
+            p = malloc(5 * MiB, 0, None)
+            TORCH_RECORD_STREAM(hooks["set_record_stream_fn"])(p, STREAM2)
+            size = ctypes.c_size_t()
+            self.assertTrue(TORCH_BASE_ALLOC(hooks["set_base_alloc_fn"])(p, ctypes.byref(size)))
+            # torch.cuda.memory_stats() and friends now read xsalloc's statistics.
+            nested = torch.cuda.memory.memory_stats_as_nested_dict(device=None)
+            self.assertEqual(nested["allocated_bytes"]["all"]["current"], 5 * MiB)
+            self.assertEqual(xsalloc.torch.memory_stats()["allocated_bytes.all.current"], 5 * MiB)
+            free(p, 5 * MiB, 0, None)
+            self.lib.cdll.xsa_sim_complete_all()
+            TORCH_RESET(hooks["set_reset_fn"])()
+            self.assertEqual(xsalloc.torch.memory_stats(0)["reserved_bytes.all.current"], 0)
+            torch.cuda.reset_peak_memory_stats()
+            self.assertEqual(xsalloc.torch.memory_stats(0)["reserved_bytes.all.peak"], 0)
+            TORCH_FRACTION(hooks["set_memory_fraction_fn"])(0.001, 0)
+            with captured_stderr():
+                self.assertIsNone(malloc(1 << 30, 0, None))
+
+    def test_conf_on_a_second_use_is_refused(self):
+        with module_as("torch", fake_torch()):
+            xsalloc.torch.use()
+            with self.assertRaisesRegex(RuntimeError, "already torch's allocator"):
+                xsalloc.torch.use("max_split_size_mb:32")
+
+
+def fake_cupy(stream_ptr=0):
+    """A stand-in for cupy with what xsalloc.cupy touches."""
+    cupy = types.ModuleType("cupy")
+
+    class UnownedMemory:
+        def __init__(self, ptr, size, owner, device_id):
+            self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
+
+    class MemoryPointer:
+        def __init__(self, mem, offset):
+            self.mem, self.ptr = mem, mem.ptr + offset
+
+    class OutOfMemoryError(MemoryError):
+        def __init__(self, size, total, limit=0):
+            super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes).")
+
+    memory = types.SimpleNamespace(UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer,
+                                   OutOfMemoryError=OutOfMemoryError)
+    cuda = types.SimpleNamespace(memory=memory, allocator=None,
+                                 runtime=types.SimpleNamespace(getDevice=lambda: 0),
+                                 get_current_stream=lambda: types.SimpleNamespace(ptr=stream_ptr))
+    cuda.set_allocator = lambda fn: setattr(cuda, "allocator", fn)
+    cupy.cuda = cuda
+    return cupy
+
+
+class FakeCupyTest(SimTestCase):
+    def test_cupy_missing(self):
+        with module_as("cupy", None):
+            with self.assertRaisesRegex(ImportError, "xsalloc.cupy needs CuPy"):
+                xsalloc.cupy.use()
+
+    def test_arrays_live_in_xsalloc_memory_and_return_on_gc(self):
+        with module_as("cupy", fake_cupy(stream_ptr=STREAM2)) as cupy:
+            xsalloc.cupy.use()
+            mp = cupy.cuda.allocator(3 * MiB)
+            ctypes.memset(mp.ptr, 1, 3 * MiB)
+            self.assertEqual(self.stat("allocated_bytes.all.current"), 3 * MiB)
+            base, size = ctypes.c_void_p(), ctypes.c_size_t()
+            self.lib.check(self.lib.cdll.xsa_get_base_allocation(mp.ptr, ctypes.byref(base), ctypes.byref(size)), "base")
+            del mp
+            gc.collect()
+            self.assertEqual(self.stat("allocated_bytes.all.current"), 0)
+            self.assertEqual(cupy.cuda.allocator(0).ptr, 0)
+
+    def test_out_of_memory_is_cupys_error_after_a_gc(self):
+        with module_as("cupy", fake_cupy()) as cupy:
+            xsalloc.cupy.use()
+            self.lib.check(self.lib.cdll.xsa_set_memory_fraction(0.001, 0), "fraction")  # ~82 MiB
+            held = cupy.cuda.allocator(60 * MiB)
+            cycle = [cupy.cuda.allocator(20 * MiB)]
+            cycle.append(cycle)  # unreachable only once collected: the retry after gc.collect() succeeds
+            gc.disable()
+            try:
+                del cycle
+                self.assertTrue(cupy.cuda.allocator(20 * MiB).ptr)
+                with self.assertRaises(cupy.cuda.memory.OutOfMemoryError) as cm:
+                    cupy.cuda.allocator(40 * MiB)
+            finally:
+                gc.enable()
+            self.assertIn("xsalloc:", str(cm.exception))
+            del held
+            gc.collect()
+
+
+if __name__ == "__main__":
+    unittest.main()
