@@ -109,7 +109,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
      * handles[i] is a moved page's handle, or XSA_NO_HANDLE for a new one. */
     size_t moved = 0;
     xsa_mem_handle *handles = p->opt.page_recycling ? calloc(pages, sizeof *handles) : NULL;
-    if (handles) moved = xsa_recycle_take(p, s, before, u->next, pages, handles);
+    if (handles) moved = xsa_recycle_take(p, before, u->next, pages, handles);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
         xsa_recycle_give_back(p, handles, moved);
         free(handles);
@@ -208,6 +208,13 @@ xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, siz
     size_t first = (b->ptr - b->seg->base + page - 1) / page;
     size_t end = (b->ptr + b->size - b->seg->base) / page;
     if (end <= first) return XSA_POOL_OK; /* no whole page inside */
+    /* cuMemUnmap is not stream ordered: kernels still queued on the stream
+     * may use these pages. Releasing memory may block (PyTorch does too). */
+    xsa_cu_result r = XSA_DRV(p->drv, stream_synchronize, b->seg->stream);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_driver_error(p, "cuStreamSynchronize", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
     return xsa_expand_unmap_pages(p, b, first, end, NULL, err, errlen);
 }
 

@@ -110,9 +110,9 @@ xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, 
 
 /* recycle.c: takes up to `pages` whole free pages from free blocks of the
  * pool's expandable segments (never `keep1`/`keep2`, the free blocks around
- * the growth point of `target`) into handles[]; returns how many. */
-size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, xsa_mem_handle *handles);
+ * the growth point) into handles[]; returns how many. */
+size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
+                        xsa_mem_handle *handles);
 /* Releases handles taken but not used (a failed growth). */
 void xsa_recycle_give_back(xsa_pool *p, xsa_mem_handle *handles, size_t n);
 /* Destroys the segment's fence event, if any. */

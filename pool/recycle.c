@@ -9,13 +9,14 @@
  * there and maps the same handles at the growth point. Only growth pays for
  * it, never the cache-hit path.
  *
- * A page may leave its block only when no work that used it can still run.
- * A free block on the growing segment's own stream is safe: later work on
- * that stream is ordered after the work that freed it. For another stream,
- * each segment keeps a fence: an event recorded on its stream; blocks that
- * became free before the fence was recorded may move once it has completed
- * (polled, never waited for). Blocks waiting for record_stream events are
- * not free, so they are never taken.
+ * A page may leave its block only when no work that used it can still run:
+ * cuMemUnmap takes effect at once, not in stream order, so even a move to
+ * the same stream would pull the page from under kernels still queued
+ * there (the H100 reported an illegal address when it did). Each segment
+ * keeps a fence: an event recorded on its stream; blocks that became free
+ * before the fence was recorded may move once it has completed (polled,
+ * never waited for; an idle stream completes it at once). Blocks waiting
+ * for record_stream events are not free, so they are never taken.
  */
 #include "pool/pool_internal.h"
 
@@ -27,8 +28,7 @@ static void poll_fence(xsa_pool *p, xsa_seg *s) {
     }
 }
 
-/* Whether block b (of s) is safe to move to another stream, without
- * blocking. If not yet, a fence covering it is recorded on s's stream and
+/* Whether block b's pages (of s) may be unmapped now, without blocking. If not yet, a fence covering it is recorded on s's stream and
  * polled at once: an idle stream completes it immediately. */
 static bool fenced(xsa_pool *p, xsa_seg *s, const xsa_block *b) {
     poll_fence(p, s);
@@ -58,8 +58,8 @@ static size_t take_from(xsa_pool *p, xsa_block *b, size_t want, xsa_mem_handle *
     return n;
 }
 
-size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, xsa_mem_handle *handles) {
+size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
+                        xsa_mem_handle *handles) {
     size_t got = 0;
     for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
         xsa_free_set *set = &p->free[k];
@@ -73,7 +73,7 @@ size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *kee
             }
             next = xsa_free_set_next(set, b);
             if (b == keep1 || b == keep2 || !b->seg->expandable) continue;
-            if (b->stream != target->stream && !fenced(p, b->seg, b)) continue;
+            if (!fenced(p, b->seg, b)) continue;
             got += take_from(p, b, pages - got, handles + got);
         }
     }
