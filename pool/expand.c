@@ -21,33 +21,14 @@ static xsa_seg *find_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream)
 
 static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_seg **out,
                                       char *err, size_t errlen) {
-    xsa_seg *s = calloc(1, sizeof *s);
-    xsa_block *b = s ? xsa_block_new(&p->blocks) : NULL;
-    if (!b) {
-        free(s);
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
-    }
+    xsa_block *b;
+    xsa_seg *s = xsa_pool_new_records(p, &b, err, errlen);
+    if (!s) return XSA_POOL_HOST_OOM;
     xsa_cu_result r = xsa_segment_init(&s->vm, p->drv, p->device, p->device_total);
-    if (r != XSA_CU_SUCCESS) {
-        xsa_block_delete(&p->blocks, b);
-        free(s);
-        if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
-        xsa_pool_driver_error(p, "cuMemAddressReserve", r, err, errlen);
-        return XSA_POOL_DRIVER_ERROR;
-    }
-    s->kind = kind;
-    s->stream = stream;
+    if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAddressReserve", r, err, errlen);
     s->expandable = true;
-    s->base = (uintptr_t)s->vm.base;
-    s->size = s->vm.max_pages * s->vm.page_size;
-    s->first = b;
-    b->ptr = s->base;
-    b->size = s->size;
-    b->stream = stream;
-    b->seg = s;
     b->mapped = false;
-    xsa_pool_link_segment(p, s);
+    xsa_pool_link_new_segment(p, s, b, kind, stream, (uintptr_t)s->vm.base, s->vm.max_pages * s->vm.page_size);
     if (p->listener.reserved) p->listener.reserved(p->listener.ctx, p->device, s->base, s->size);
     *out = s;
     return XSA_POOL_OK;

@@ -227,35 +227,50 @@ static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size
 
 /* ---- new device memory ---- */
 
-/* A classic segment: one cuMemAlloc, one block covering it. */
-static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
-                                     xsa_block **out, char *err, size_t errlen) {
+xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_block **b, char *err, size_t errlen) {
     xsa_seg *s = calloc(1, sizeof *s);
-    xsa_block *b = s ? xsa_block_new(&p->blocks) : NULL;
-    if (!b) {
+    *b = s ? xsa_block_new(&p->blocks) : NULL;
+    if (!*b) {
         free(s);
         snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
+        return NULL;
     }
-    xsa_devptr ptr = 0;
-    xsa_cu_result r = XSA_DRV(p->drv, mem_alloc, &ptr, size, p->device);
-    if (r != XSA_CU_SUCCESS) {
-        xsa_block_delete(&p->blocks, b);
-        free(s);
-        if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
-        xsa_pool_driver_error(p, "cuMemAlloc", r, err, errlen);
-        return XSA_POOL_DRIVER_ERROR;
-    }
+    return s;
+}
+
+xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
+                                        char *err, size_t errlen) {
+    xsa_block_delete(&p->blocks, b);
+    free(s);
+    if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
+    xsa_pool_driver_error(p, call, r, err, errlen);
+    return XSA_POOL_DRIVER_ERROR;
+}
+
+void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, xsa_pool_kind kind, xsa_stream stream,
+                               uintptr_t base, size_t size) {
     s->kind = kind;
     s->stream = stream;
-    s->base = (uintptr_t)ptr;
+    s->base = base;
     s->size = size;
     s->first = b;
-    xsa_pool_link_segment(p, s);
-    b->ptr = (uintptr_t)ptr;
+    b->ptr = base;
     b->size = size;
     b->stream = stream;
     b->seg = s;
+    xsa_pool_link_segment(p, s);
+}
+
+/* A classic segment: one cuMemAlloc, one block covering it. */
+static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                     xsa_block **out, char *err, size_t errlen) {
+    xsa_block *b;
+    xsa_seg *s = xsa_pool_new_records(p, &b, err, errlen);
+    if (!s) return XSA_POOL_HOST_OOM;
+    xsa_devptr ptr = 0;
+    xsa_cu_result r = XSA_DRV(p->drv, mem_alloc, &ptr, size, p->device);
+    if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAlloc", r, err, errlen);
+    xsa_pool_link_new_segment(p, s, b, kind, stream, (uintptr_t)ptr, size);
     p->reserved += size;
     xsa_stats_update(p->stats.segment, kind, 1);
     xsa_stats_update(p->stats.reserved_bytes, kind, (int64_t)size);

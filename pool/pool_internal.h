@@ -125,6 +125,15 @@ bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, s
 void xsa_garbage_collect(xsa_pool *p);
 void xsa_release_classic_block(xsa_pool *p, xsa_block *b);
 
+/* New segments: records (NULL if out of host memory, err set), their
+ * release when the driver call failed (the status to return), and the
+ * segment filled in as one block covering it and linked. */
+xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_block **b, char *err, size_t errlen);
+xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
+                                        char *err, size_t errlen);
+void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, xsa_pool_kind kind, xsa_stream stream,
+                               uintptr_t base, size_t size);
+
 /* Segment list. */
 void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s);
 void xsa_pool_unlink_segment(xsa_pool *p, xsa_seg *s);
