@@ -115,6 +115,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     free(handles);
     m->mapped = true;
     account_mapped(p, s, moved, pages - moved, +1);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, kind, m->ptr, bytes, bytes, stream);
     if (before) xsa_pool_absorb(p, m, before);
     if (is_free_mapped(m->next)) xsa_pool_absorb(p, m, m->next);
     *out = m;
@@ -146,6 +147,7 @@ xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, 
         return XSA_POOL_DRIVER_ERROR;
     }
     account_mapped(p, s, taken ? end - first : 0, taken ? 0 : end - first, -1);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, lo, hi - lo, hi - lo, s->stream);
     uintptr_t b_end = b->ptr + b->size;
     if (head) {
         head->ptr = b->ptr;

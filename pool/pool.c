@@ -276,6 +276,7 @@ static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream
     xsa_stats_update(p->stats.reserved_bytes, kind, (int64_t)size);
     if (size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_segments, 1);
     p->stats.num_device_alloc++;
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_ALLOC, kind, s->base, size, size, stream);
     *out = b;
     return XSA_POOL_OK;
 }
@@ -302,9 +303,11 @@ static void format_bytes(char *buf, size_t len, size_t bytes) {
         snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
 }
 
-static void oom_report(xsa_pool *p, size_t requested, char *err, size_t errlen) {
+static void oom_report(xsa_pool *p, size_t requested, xsa_stream stream, char *err, size_t errlen) {
     size_t free_bytes = 0, total = 0;
     XSA_DRV(p->drv, mem_get_info, p->device, &free_bytes, &total);
+    XSA_OBSERVE(p, XSA_OBS_OOM, requested <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE, free_bytes, requested,
+                requested, stream);
     size_t allocated = (size_t)p->stats.allocated_bytes[XSA_STAT_ALL].current;
     char req[32], tot[32], fre[32], alc[32], res[32], unal[32], cap[32];
     format_bytes(req, sizeof req, requested);
@@ -344,7 +347,7 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     if (size > p->device_total) {
         /* Larger than the device: rounding could overflow, and no retry helps. */
         p->stats.num_ooms++;
-        oom_report(p, size, err, errlen);
+        oom_report(p, size, stream, err, errlen);
         return XSA_POOL_OOM;
     }
     if (!xsa_ptr_map_reserve_one(&p->allocated)) {
@@ -354,20 +357,24 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     xsa_events_poll(&p->events, block_done, p);
     size_t rounded = xsa_pool_round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
+    XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
     xsa_block *b = get_free_block(p, kind, stream, rounded);
     if (!b) {
+        XSA_OBSERVE(p, XSA_OBS_MEMORY_BEGIN, kind, 0, size, rounded, stream);
         xsa_pool_status st = alloc_on_miss(p, kind, stream, rounded, &b, err, errlen);
         if (st == XSA_POOL_OOM) {
             p->stats.num_ooms++;
-            oom_report(p, size, err, errlen);
+            oom_report(p, size, stream, err, errlen);
         }
         if (st != XSA_POOL_OK) return st;
+        XSA_OBSERVE(p, XSA_OBS_MEMORY_END, kind, b->ptr, size, b->size, stream);
     }
     xsa_block *a = alloc_found_block(p, b, rounded, size);
     if (!a) {
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }
+    XSA_OBSERVE(p, XSA_OBS_ALLOC, kind, a->ptr, size, a->size, stream);
     *out = (void *)a->ptr;
     return XSA_POOL_OK;
 }
@@ -397,6 +404,7 @@ static void try_merge(xsa_pool *p, xsa_block *dst, xsa_block *src) {
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     size_t original = b->size;
     xsa_pool_kind kind = b->seg->kind;
+    XSA_OBSERVE(p, XSA_OBS_FREE_COMPLETED, kind, b->ptr, b->requested, b->size, b->stream);
     try_merge(p, b, b->prev);
     try_merge(p, b, b->next);
     xsa_pool_insert_free(p, b);
@@ -440,12 +448,16 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
     }
     xsa_ptr_map_remove(&p->allocated, b->ptr);
     xsa_pool_kind kind = b->seg->kind;
+    size_t size = b->size, requested = b->requested; /* b may merge away below */
+    xsa_stream stream = b->stream;
+    XSA_OBSERVE(p, XSA_OBS_FREE_REQUESTED, kind, b->ptr, requested, size, stream);
     b->allocated = false;
     xsa_stats_update(p->stats.allocation, kind, -1);
     xsa_stats_update(p->stats.allocated_bytes, kind, -(int64_t)b->size);
     xsa_stats_update(p->stats.requested_bytes, kind, -(int64_t)b->requested);
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
     if (b->event_count == 0) xsa_pool_free_block(p, b);
+    XSA_OBSERVE(p, XSA_OBS_FREE_END, kind, (uintptr_t)ptr, requested, size, stream);
     return XSA_POOL_OK;
 }
 
@@ -457,6 +469,7 @@ xsa_pool_status xsa_pool_record_stream(xsa_pool *p, void *ptr, xsa_stream stream
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }
+    XSA_OBSERVE(p, XSA_OBS_RECORD_STREAM, b->seg->kind, b->ptr, b->requested, b->size, stream);
     return XSA_POOL_OK;
 }
 

@@ -29,6 +29,7 @@
 
 #include "api/xsalloc.h"
 #include "pool/options.h"
+#include "pool/trace.h"
 #include "vmm/driver.h"
 
 typedef enum {
@@ -81,6 +82,52 @@ size_t xsa_pool_live_blocks(const xsa_pool *p);
 
 /* PyTorch's round_size: the block size a request of `size` bytes gets. */
 size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size);
+
+/* Sets the observer called at every point of pool/trace.h (fn NULL: none). */
+void xsa_pool_set_observer(xsa_pool *p, xsa_observer_fn fn, void *ctx);
+
+/* Snapshot: the segments as PyTorch reports them (a cuMemAlloc'd segment, or
+ * one mapped run of an expandable segment), in address order, each with its
+ * blocks in address order; and the reservation of each expandable segment. */
+typedef enum { XSA_SNAP_ALLOCATED, XSA_SNAP_PENDING_FREE, XSA_SNAP_INACTIVE } xsa_snap_state;
+
+typedef struct xsa_snap_block {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;        /* 0 unless allocated or pending free */
+    xsa_snap_state state;
+} xsa_snap_block;
+
+typedef struct xsa_snap_segment {
+    uintptr_t addr;
+    size_t total_size, allocated_size, active_size, requested_size;
+    xsa_stream stream;
+    bool large;
+    bool expandable;
+    uintptr_t reservation;   /* base of the expandable range holding it; addr if classic */
+    size_t first_block, n_blocks; /* its blocks in xsa_pool_snapshot.blocks */
+} xsa_snap_segment;
+
+typedef struct xsa_snap_reservation {
+    uintptr_t addr;
+    size_t size, mapped;
+    xsa_stream stream;
+    bool large;
+} xsa_snap_reservation;
+
+typedef struct xsa_pool_snapshot {
+    xsa_snap_segment *segments;
+    size_t n_segments;
+    xsa_snap_block *blocks;
+    size_t n_blocks;
+    xsa_snap_reservation *reservations;
+    size_t n_reservations;
+} xsa_pool_snapshot;
+
+/* Fills *out (free with xsa_pool_snapshot_free); XSA_POOL_HOST_OOM if host
+ * memory runs out, with *out empty. */
+xsa_pool_status xsa_pool_snapshot_take(const xsa_pool *p, xsa_pool_snapshot *out);
+void xsa_pool_snapshot_free(xsa_pool_snapshot *s);
 
 /* Invariant checker: blocks tile every segment, the free sets hold exactly
  * the free mapped blocks, the pointer map holds exactly the allocated ones,

@@ -59,6 +59,8 @@ struct xsa_pool {
     size_t live_blocks;        /* allocated or pending free */
     xsa_device_stats stats;
     xsa_pool_listener listener;
+    xsa_observer_fn observer;  /* pool/trace.h; NULL: none */
+    void *observer_ctx;
 };
 
 /* PyTorch's Stat arithmetic (current, peak, allocated, freed); inline
