@@ -21,8 +21,6 @@
 #include "pool/pool.h"
 #include "vmm/sim.h"
 
-#define XSA_MAX_DEVICES 64
-
 typedef struct device_slot {
     pthread_mutex_t lock;
     xsa_pool *pool;          /* created on first use */
@@ -119,6 +117,7 @@ xsa_status xsa_shutdown(void) {
         }
         xsa_ptr_table_destroy();
         xsa_ranges_clear();
+        xsa_observe_shutdown();
         atomic_store(&g.ready, false);
         g.drv = NULL;
         g.devices = 0;
@@ -200,12 +199,26 @@ static xsa_status lock_pool(int device, xsa_pool **out) {
         }
         if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
         xsa_pool_set_listener(s->pool, &(xsa_pool_listener){range_reserved, range_released, NULL});
+        xsa_observe_attach(s->pool);
     }
     *out = s->pool;
     return XSA_SUCCESS;
 }
 
 static void unlock_pool(int device) { pthread_mutex_unlock(&g.slot[device].lock); }
+
+xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool) {
+    xsa_status st = check_device(fn, device);
+    if (st != XSA_SUCCESS) return st;
+    if (create) return lock_pool(device, pool);
+    pthread_mutex_lock(&g.slot[device].lock);
+    *pool = g.slot[device].pool;
+    return XSA_SUCCESS;
+}
+
+void xsa_api_unlock(int device) { unlock_pool(device); }
+
+const xsa_pool_options *xsa_api_options(void) { return &g.config.pool; }
 
 xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
     if (!ptr) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_malloc: ptr is NULL");

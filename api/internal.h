@@ -5,9 +5,33 @@
 #ifndef XSA_API_INTERNAL_H
 #define XSA_API_INTERNAL_H
 
+#include <stdbool.h>
+
+#include "api/xsalloc.h"
+#include "pool/pool.h"
 #include "vmm/driver.h"
+
+#define XSA_MAX_DEVICES 64
 
 /* The driver table in use (initialises if needed); NULL if none. */
 xsa_driver *xsa_active_driver(void);
+
+/* For the api/ files beside allocator.c. Locks `device` (initialising and
+ * checking it; `fn` names the caller in errors) and gives its pool: created
+ * on first use when `create`, else NULL if it does not exist yet. On success
+ * the lock is held until xsa_api_unlock(device). */
+xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool);
+void xsa_api_unlock(int device);
+/* The configuration in use (initialised). */
+const xsa_pool_options *xsa_api_options(void);
+
+/* api/summary.c: the summary text of `stats` (malloc'd; NULL if out of
+ * host memory). */
+char *xsa_format_summary(const xsa_device_stats *stats, int device, int abbreviated);
+
+/* api/observe.c: called by allocator.c with the device's lock held when a
+ * pool is created, and at shutdown (no other call running). */
+void xsa_observe_attach(xsa_pool *pool);
+void xsa_observe_shutdown(void);
 
 #endif

@@ -126,6 +126,88 @@ xsa_status xsa_reset_accumulated_stats(int device);
  * with the first disagreement in the message. For tests. */
 xsa_status xsa_check_invariants(int device);
 
+/* ---- Observability: summary, snapshots, trace recording, memory hooks ----
+ * Buffers returned below are malloc'd; free them with xsa_free_buffer (or
+ * free()). */
+void xsa_free_buffer(void *buffer);
+
+/* torch.cuda.memory_summary()'s table for `device`, same rows, columns and
+ * byte and count formatting (only the title names xsalloc). abbreviated != 0
+ * leaves out the "from large pool" / "from small pool" rows. *out: a
+ * NUL-terminated string. */
+xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
+
+/* A snapshot of every device, with the structure of PyTorch's
+ * torch.cuda.memory._snapshot(): "segments" (device, address, total_size,
+ * allocated_size, active_size, requested_size, stream, segment_type
+ * "large"/"small", segment_pool_id, is_expandable, frames, blocks: address,
+ * size, requested_size, state "active_allocated" / "active_pending_free" /
+ * "inactive", frames), "device_traces" (one list per device: the recorded
+ * events, see xsa_record_history, with PyTorch's action names and keys
+ * action, addr (device_free for oom), size, stream, time_us,
+ * compile_context, user_metadata, frames), "allocator_settings" and
+ * "external_annotations" (empty). As in PyTorch, an expandable segment
+ * appears as one segment per mapped range; xsalloc adds
+ * "expandable_segments": per reservation its device, address,
+ * reserved_size, mapped_size, stream, segment_type and mapped_ranges
+ * ([address, size] pairs). Frames are always empty. *out: a NUL-terminated
+ * JSON text. */
+xsa_status xsa_snapshot_json(char **out);
+/* The same snapshot as a pickle (protocol 4 opcodes, no Python needed),
+ * which pytorch.org/memory_viz and torch.cuda._memory_viz open. */
+xsa_status xsa_snapshot_pickle(void **bytes, size_t *len);
+/* Writes xsa_snapshot_pickle's bytes to `path` (PyTorch's _dump_snapshot). */
+xsa_status xsa_dump_snapshot(const char *path);
+
+/* Trace recording, off by default. enabled != 0 starts recording on every
+ * device into a fresh ring of the last max_entries (>= 1) events per
+ * device: alloc, free_requested, free_completed, record_stream,
+ * segment_alloc/free (classic), segment_map/unmap (expandable pages,
+ * including pages moved by page recycling) and oom, each with address,
+ * size (the requested size for alloc and free events), stream and
+ * CLOCK_MONOTONIC time. enabled == 0 stops recording; what was recorded
+ * stays in snapshots until recording starts again or xsa_shutdown. */
+xsa_status xsa_record_history(int enabled, size_t max_entries);
+/* Writes `device`'s recorded events as a trace that the benchmarks replay
+ * (benchmarks/README.md): "a <id> <bytes> <stream>", "f <id>" and
+ * "r <id> <stream>" lines, ids dense from 0, streams numbered in order of
+ * first use. Events about allocations made before the oldest recorded
+ * event are left out, so the file always replays. */
+xsa_status xsa_write_trace(int device, const char *path);
+
+/* Memory hooks, after CuPy's MemoryHook. For one xsa_malloc: malloc_pre,
+ * then only if the cache missed alloc_pre and (if new memory was obtained)
+ * alloc_post, then (on success) malloc_post. For one xsa_free: free_pre,
+ * free_post. Hooks run on the calling thread with the device's lock held:
+ * they must not call xsalloc. */
+typedef struct xsa_hook_info {
+    int device;
+    size_t size;      /* bytes requested by the caller */
+    size_t mem_size;  /* malloc_pre, alloc_pre: the rounded size; malloc_post, free_*: the block's size;
+                       * alloc_post: the free block the new memory made */
+    void *ptr;        /* NULL in malloc_pre and alloc_pre */
+    int pool_id;      /* XSA_STAT_SMALL_POOL or XSA_STAT_LARGE_POOL */
+    void *stream;     /* the allocation's stream */
+} xsa_hook_info;
+
+typedef void (*xsa_hook_fn)(const xsa_hook_info *info, void *user);
+
+/* Any member may be NULL. */
+typedef struct xsa_memory_hooks {
+    xsa_hook_fn malloc_pre, malloc_post;
+    xsa_hook_fn alloc_pre, alloc_post;
+    xsa_hook_fn free_pre, free_post;
+} xsa_memory_hooks;
+
+#define XSA_MAX_HOOKS 8
+
+/* Registers a set of hooks (copied) with `user` passed to each; *id names
+ * it for xsa_unregister_hooks. Sets are called in the order of their ids.
+ * At most XSA_MAX_HOOKS sets; xsa_shutdown unregisters them all. */
+xsa_status xsa_register_hooks(const xsa_memory_hooks *hooks, void *user, int *id);
+xsa_status xsa_unregister_hooks(int id);
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,125 @@
+/*
+ * api/summary: xsa_memory_summary, the table of torch.cuda.memory_summary()
+ * with the same lines, widths and unit rules, so that eyes and scripts used
+ * to PyTorch's read it unchanged. Only the title says xsalloc (same width).
+ *
+ * PyTorch's unit rules: a byte column steps to the next unit (B, KiB, MiB,
+ * ...) while the reference value is >= 768 units, dividing with floor; a
+ * count column steps (K, M) while the reference is >= 750,000. The
+ * reference is the row's own value, except in the "from large/small pool"
+ * rows, which use the all-pools row's value so that a metric's rows share
+ * one unit.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "api/errors.h"
+#include "api/internal.h"
+
+#define WIDTH 75
+
+typedef void (*format_fn)(char *buf, size_t n, int64_t value, double reference);
+
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+static void format_size(char *buf, size_t n, int64_t value, double reference) {
+    static const char *const units[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    size_t u = 0;
+    while (u + 1 < sizeof units / sizeof units[0] && reference >= 768 * 1024) {
+        value = floor_div(value, 1024);
+        reference /= 1024;
+        u++;
+    }
+    snprintf(buf, n, "%6lld %s", (long long)value, units[u]);
+}
+
+static void format_count(char *buf, size_t n, int64_t value, double reference) {
+    static const char *const units[] = {" ", "K", "M"};
+    size_t u = 0;
+    while (u + 1 < sizeof units / sizeof units[0] && reference >= 750 * 1000) {
+        value = floor_div(value, 1000);
+        reference /= 1000;
+        u++;
+    }
+    snprintf(buf, n, "%7lld %s ", (long long)value, units[u]);
+}
+
+static void rule(FILE *f, char c) {
+    fputc('|', f);
+    for (int i = 0; i < WIDTH; i++) fputc(c, f);
+    fputs("|\n", f);
+}
+
+static void row(FILE *f, const char *name, const xsa_stat *s, const xsa_stat *ref, format_fn fmt) {
+    const int64_t v[4] = {s->current, s->peak, s->allocated, s->freed};
+    const int64_t r[4] = {ref->current, ref->peak, ref->allocated, ref->freed};
+    fprintf(f, "| %-21s ", name);
+    for (int i = 0; i < 4; i++) {
+        char cell[64];
+        fmt(cell, sizeof cell, v[i], (double)r[i]);
+        fprintf(f, "| %s ", cell);
+    }
+    fputs("|\n", f);
+}
+
+static const struct metric {
+    size_t offset; /* of the xsa_stat[XSA_STAT_TYPES] in xsa_device_stats */
+    const char *name;
+    format_fn fmt;
+} metrics[] = {
+    {offsetof(xsa_device_stats, allocated_bytes), "Allocated memory", format_size},
+    {offsetof(xsa_device_stats, active_bytes), "Active memory", format_size},
+    {offsetof(xsa_device_stats, requested_bytes), "Requested memory", format_size},
+    {offsetof(xsa_device_stats, reserved_bytes), "GPU reserved memory", format_size},
+    {offsetof(xsa_device_stats, inactive_split_bytes), "Non-releasable memory", format_size},
+    {offsetof(xsa_device_stats, allocation), "Allocations", format_count},
+    {offsetof(xsa_device_stats, active), "Active allocs", format_count},
+    {offsetof(xsa_device_stats, segment), "GPU reserved segments", format_count},
+    {offsetof(xsa_device_stats, inactive_split), "Non-releasable allocs", format_count},
+};
+
+static void metric_rows(FILE *f, const xsa_device_stats *s, const struct metric *m, int abbreviated) {
+    const xsa_stat *by_type = (const xsa_stat *)((const char *)s + m->offset);
+    const xsa_stat *all = &by_type[XSA_STAT_ALL];
+    rule(f, '-');
+    row(f, m->name, all, all, m->fmt);
+    if (abbreviated) return;
+    row(f, "      from large pool", &by_type[XSA_STAT_LARGE_POOL], all, m->fmt);
+    row(f, "      from small pool", &by_type[XSA_STAT_SMALL_POOL], all, m->fmt);
+}
+
+char *xsa_format_summary(const xsa_device_stats *s, int device, int abbreviated) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    rule(f, '=');
+    fprintf(f, "| %16s xsalloc CUDA memory summary, device ID %-17d |\n", "", device);
+    rule(f, '-');
+    fprintf(f, "|  %9s CUDA OOMs: %-12lld | %6s cudaMalloc retries: %-8lld  |\n", "", (long long)s->num_ooms, "",
+            (long long)s->num_alloc_retries);
+    rule(f, '=');
+    fputs("|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n", f);
+    for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) metric_rows(f, s, &metrics[i], abbreviated);
+    rule(f, '-');
+    row(f, "Oversize allocations", &s->oversize_allocations, &s->oversize_allocations, format_count);
+    rule(f, '-');
+    row(f, "Oversize GPU segments", &s->oversize_segments, &s->oversize_segments, format_count);
+    rule(f, '=');
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+xsa_status xsa_memory_summary(int device, int abbreviated, char **out) {
+    if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_memory_summary: out is NULL");
+    xsa_device_stats stats;
+    xsa_status st = xsa_get_stats(device, &stats);
+    if (st != XSA_SUCCESS) return st;
+    if (!(*out = xsa_format_summary(&stats, device, abbreviated)))
+        return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_memory_summary: out of host memory");
+    return xsa_ok();
+}
