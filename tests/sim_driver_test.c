@@ -17,6 +17,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -777,6 +778,56 @@ static void test_exportable(void **state) {
     FAILS(XSA_CU_ERROR_NOT_SUPPORTED, XSA_DRV(D, mem_create, &h, GRAN, 0, 1));
 }
 
+/* An exported fd imported as a second handle: the same memory, counted
+ * once, mapped and granted on its own; page access bits are readable. */
+static void test_import_fd(void **state) {
+    (void)state;
+    configure(2, 64 * MiB);
+    xsa_devptr p = reserve(2 * GRAN), q = reserve(2 * GRAN);
+    xsa_mem_handle h = 0, imported = 0;
+    OK(XSA_DRV(D, mem_create, &h, 2 * GRAN, 0, 1));
+    map_rw(p, 2 * GRAN, h, 0);
+    assert_int_equal(1u, xsa_sim_page_access(p + GRAN));
+    int fd = -1;
+    OK(XSA_DRV(D, mem_export_fd, &fd, h));
+    OK(XSA_DRV(D, mem_import_fd, &imported, fd, 1));
+    close(fd); /* the handle keeps its own reference */
+    CHECK();
+    assert_int_equal(2, usage().handles);
+    assert_int_equal(2 * GRAN, usage().handle_bytes);
+    assert_int_equal(64 * MiB - 2 * GRAN, free_mem(0));
+    assert_int_equal(64 * MiB, free_mem(1));
+    map_rw(q, 2 * GRAN, imported, 1);
+    assert_int_equal(2u, xsa_sim_page_access(q));
+    fill(p, 2 * GRAN, 77);
+    assert_filled(q, 2 * GRAN, 77);
+    /* Peer access on the importing side follows the peer matrix too. */
+    int both[] = {0, 1};
+    OK(XSA_DRV(D, mem_set_access, q, 2 * GRAN, both, 2));
+    assert_int_equal(3u, xsa_sim_page_access(q + GRAN));
+    assert_int_equal(0u, xsa_sim_page_access(q + 2 * GRAN)); /* past the reservation */
+    OK(XSA_DRV(D, mem_unmap, p, 2 * GRAN));
+    OK(XSA_DRV(D, mem_release, h));
+    assert_int_equal(0u, xsa_sim_page_access(p));
+    assert_filled(q, 2 * GRAN, 77); /* the import keeps the memory */
+    OK(XSA_DRV(D, mem_unmap, q, 2 * GRAN));
+    OK(XSA_DRV(D, mem_release, imported));
+    OK(XSA_DRV(D, mem_address_free, p, 2 * GRAN));
+    OK(XSA_DRV(D, mem_address_free, q, 2 * GRAN));
+    /* Not an exported handle's fd. */
+    int devnull = open("/dev/null", O_RDONLY);
+    FAILS(XSA_CU_ERROR_INVALID_VALUE, XSA_DRV(D, mem_import_fd, &imported, devnull, 0));
+    close(devnull);
+    FAILS(XSA_CU_ERROR_INVALID_VALUE, XSA_DRV(D, mem_import_fd, &imported, -1, 0));
+    FAILS(XSA_CU_ERROR_INVALID_VALUE, XSA_DRV(D, mem_import_fd, NULL, 0, 0));
+    FAILS(XSA_CU_ERROR_INVALID_DEVICE, XSA_DRV(D, mem_import_fd, &imported, 0, 2));
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    c.fd_handles_supported = 0;
+    OK(xsa_sim_configure(&c));
+    FAILS(XSA_CU_ERROR_NOT_SUPPORTED, XSA_DRV(D, mem_import_fd, &imported, 0, 0));
+}
+
 /* ---- configuration --------------------------------------------------------------- */
 
 static void assert_configure_refused(void) {
@@ -1000,6 +1051,7 @@ int main(void) {
         T(test_call_counters),
         T(test_peer_matrix),
         T(test_exportable),
+        T(test_import_fd),
         T(test_configure),
         T(test_many_handles),
         T(test_threads),

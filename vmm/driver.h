@@ -58,7 +58,7 @@ enum {
     X(mem_map) X(mem_unmap) X(mem_set_access) X(mem_export_fd) X(mem_alloc)  \
     X(mem_free) X(stream_query) X(stream_synchronize) X(event_create)        \
     X(event_record) X(event_query) X(event_synchronize) X(event_destroy)     \
-    X(stream_wait_event)
+    X(stream_wait_event) X(mem_import_fd)
 
 typedef enum {
 #define XSA_DRV_ENUM(name) XSA_DRV_##name,
@@ -109,6 +109,11 @@ typedef struct xsa_driver {
     xsa_cu_result (*event_synchronize)(xsa_event event);
     xsa_cu_result (*event_destroy)(xsa_event event);
     xsa_cu_result (*stream_wait_event)(xsa_stream stream, xsa_event event);
+    /* cuMemImportFromShareableHandle of a POSIX file descriptor exported by
+     * mem_export_fd (possibly in another process). `device` is the device
+     * the memory is on, in this process's numbering. The fd stays the
+     * caller's; the handle is released with mem_release. */
+    xsa_cu_result (*mem_import_fd)(xsa_mem_handle *handle, int fd, int device);
     /* Never fails: unknown codes give a generic text. */
     const char *(*error_string)(xsa_cu_result result);
 

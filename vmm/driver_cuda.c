@@ -62,7 +62,8 @@ _Static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(xsa_mem_handle),
     X(cuEventQuery, 2000)                                                      \
     X(cuEventSynchronize, 2000)                                                \
     X(cuEventDestroy, 4000)                                                    \
-    X(cuStreamWaitEvent, 3020)
+    X(cuStreamWaitEvent, 3020)                                                 \
+    X(cuMemImportFromShareableHandle, 10020)
 
 /* Member names go through cuda.h's _v2 macros like the prototypes do, so
  * cu.cuMemGetInfo is a pointer of cuMemGetInfo_v2's type. */
@@ -356,6 +357,17 @@ static xsa_cu_result cuda_stream_wait_event(xsa_stream stream, xsa_event event) 
     return cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0);
 }
 
+/* The primary context is made current first: an importing process may have
+ * made no CUDA call before. */
+static xsa_cu_result cuda_mem_import_fd(xsa_mem_handle *handle, int fd, int device) {
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = use_primary(device);
+    if (!r)
+        r = cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (!r) *handle = h;
+    return r;
+}
+
 /* "NAME: description", built once per code and kept (codes are < 1000);
  * a code out of that range is formatted into a per-thread buffer. */
 enum { ERROR_CACHE = 1024 };
@@ -415,5 +427,6 @@ static xsa_driver cuda_table = {
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
     .stream_wait_event = cuda_stream_wait_event,
+    .mem_import_fd = cuda_mem_import_fd,
     .error_string = cuda_error_string,
 };

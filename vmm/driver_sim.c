@@ -9,7 +9,9 @@
  * device (one fd per handle would exhaust the fd limit with >10,000 live
  * handles); a freed range is punched out, so host memory comes back, and is
  * reused by the next handle of the same size. Exportable handles get a memfd
- * of their own so that a forked child can mmap the exported fd.
+ * of their own so that a forked child can mmap the exported fd; importing
+ * such an fd makes a handle backed by a dup of it, whose memory is counted
+ * on the device that created it, not again.
  *
  * Handle and event values encode (generation << 32 | slot + 1): never 0, and
  * a stale or made-up value is detected by a table lookup, never dereferenced.
@@ -33,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SIM_ALLOC_ROUND ((size_t)2 << 20) /* cuMemAlloc rounds to 2 MiB */
@@ -76,7 +79,8 @@ typedef struct {
     uint32_t gen;
     slot_state state;  /* SLOT_RELEASED: released, freed when unmapped */
     int device;
-    int own_fd;        /* exportable: its own memfd; else -1 */
+    int own_fd;        /* exportable or imported: its own memfd; else -1 */
+    bool imported;     /* mem_import_fd: its bytes count where they were created */
     size_t size;
     size_t file_off;   /* in own_fd or the device's fd */
     size_t mapped_pages;
@@ -428,9 +432,11 @@ static void free_handle(uint32_t slot) {
     sim_device *dv = &S.dev[h->device];
     if (h->own_fd >= 0) close(h->own_fd);
     else give_range(dv, h->file_off, h->size);
-    dv->used -= h->size;
+    if (!h->imported) {
+        dv->used -= h->size;
+        S.handle_bytes -= h->size;
+    }
     S.live_handles--;
-    S.handle_bytes -= h->size;
     *h = (sim_handle){.gen = h->gen + 1, .state = SLOT_FREE, .own_fd = -1};
     S.free_handle_slots.v[S.free_handle_slots.n++] = slot; /* room reserved at creation */
 }
@@ -450,6 +456,31 @@ static xsa_cu_result export_fd(int *fd, xsa_mem_handle handle) {
     int dup_fd = fcntl(h->own_fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd < 0) return XSA_CU_ERROR_OUT_OF_MEMORY;
     *fd = dup_fd;
+    return XSA_CU_SUCCESS;
+}
+
+/* A handle backed by a dup of an exported memfd (an fd this process got
+ * from mem_export_fd, here or in another process). */
+static xsa_cu_result import_fd(xsa_mem_handle *handle, int fd, int device) {
+    if (!handle) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    if (!S.cfg.fd_handles_supported) return XSA_CU_ERROR_NOT_SUPPORTED;
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (size_t)st.st_size % S.cfg.granularity)
+        return XSA_CU_ERROR_INVALID_VALUE;
+    uint32_t slot;
+    if (!new_handle_slot(&slot)) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    sim_handle *h = &S.handles.v[slot];
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+        S.free_handle_slots.v[S.free_handle_slots.n++] = slot;
+        return XSA_CU_ERROR_OUT_OF_MEMORY;
+    }
+    *h = (sim_handle){.gen = h->gen, .state = SLOT_LIVE, .device = device, .own_fd = own,
+                      .size = (size_t)st.st_size, .imported = true};
+    S.live_handles++;
+    *handle = handle_value(slot);
     return XSA_CU_SUCCESS;
 }
 
@@ -834,6 +865,7 @@ static xsa_cu_result sim_event_query(xsa_event e) { GUARDED(event_query, event_q
 static xsa_cu_result sim_event_synchronize(xsa_event e) { GUARDED(event_synchronize, event_synchronize(e)); }
 static xsa_cu_result sim_event_destroy(xsa_event e) { GUARDED(event_destroy, event_destroy(e)); }
 static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, stream_wait_event(s, e)); }
+static xsa_cu_result sim_mem_import_fd(xsa_mem_handle *h, int fd, int d) { GUARDED(mem_import_fd, import_fd(h, fd, d)); }
 
 static xsa_driver sim_table = {
     .name = "sim",
@@ -865,6 +897,7 @@ static xsa_driver sim_table = {
     .event_synchronize = sim_event_synchronize,
     .event_destroy = sim_event_destroy,
     .stream_wait_event = sim_stream_wait_event,
+    .mem_import_fd = sim_mem_import_fd,
     .error_string = error_string,
 };
 
@@ -888,6 +921,15 @@ void xsa_sim_get_usage(xsa_sim_usage *u) {
         if (S.events.v[i].live && event_pending(&S.events.v[i])) u->pending_events++;
     for (int d = 0; d < S.cfg.devices; d++) u->device_used[d] = S.dev[d].used;
     pthread_mutex_unlock(&sim_lock);
+}
+
+unsigned xsa_sim_page_access(xsa_devptr ptr) {
+    pthread_mutex_lock(&sim_lock);
+    ensure_configured();
+    const sim_reservation *r = resv_holding((uintptr_t)ptr, 1);
+    unsigned bits = r ? r->pages[((uintptr_t)ptr - r->base) / S.cfg.granularity].access : 0;
+    pthread_mutex_unlock(&sim_lock);
+    return bits;
 }
 
 #define FAIL(...) (snprintf(err, errlen, __VA_ARGS__), 0)
@@ -939,8 +981,10 @@ static int check_handles(const size_t *refs, size_t *used, char *err, size_t err
         if (h->state == SLOT_RELEASED && !h->mapped_pages) return FAIL("released handle slot %zu is unmapped but not freed", i);
         if (h->size == 0 || h->size % S.cfg.granularity) return FAIL("handle slot %zu has size %zu", i, h->size);
         live++;
-        bytes += h->size;
-        used[h->device] += h->size;
+        if (!h->imported) {
+            bytes += h->size;
+            used[h->device] += h->size;
+        }
     }
     if (live != S.live_handles || bytes != S.handle_bytes) return FAIL("handle counters %zu/%zu, table says %zu/%zu", S.live_handles, S.handle_bytes, live, bytes);
     if (free_slots != S.free_handle_slots.n) return FAIL("%zu free handle slots, free list holds %zu", free_slots, S.free_handle_slots.n);

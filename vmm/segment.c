@@ -66,7 +66,7 @@ xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_
         size_t page = first + mapped;
         xsa_mem_handle h = given ? given[mapped] : XSA_NO_HANDLE;
         if (creates(given, mapped)) {
-            r = XSA_DRV(s->drv, mem_create, &h, s->page_size, s->device, 0);
+            r = XSA_DRV(s->drv, mem_create, &h, s->page_size, s->device, s->exportable);
             if (r != XSA_CU_SUCCESS) break;
         }
         s->handles[page] = h;

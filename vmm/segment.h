@@ -10,6 +10,9 @@
  * per page); a run of pages is unmapped with one cuMemUnmap. A map or unmap that fails part-way undoes what it did and
  * leaves the segment as it was. Handles can also be passed in and taken out
  * (page recycling moves a page's handle from one segment to another).
+ * Pages created while `exportable` is set can be exported as POSIX file
+ * descriptors (IPC); access goes to the segment's device and to every peer
+ * added with xsa_segment_add_access, on each newly mapped run.
  * Not thread safe: the owning pool serializes calls.
  */
 #ifndef XSA_VMM_SEGMENT_H
@@ -20,7 +23,7 @@
 
 #include "vmm/driver.h"
 
-#define XSA_SEGMENT_MAX_ACCESS 8
+#define XSA_SEGMENT_MAX_ACCESS 16 /* the device and up to 15 peers: a 16-GPU node */
 #define XSA_NO_HANDLE ((xsa_mem_handle)0)
 
 typedef struct xsa_segment {
@@ -33,6 +36,7 @@ typedef struct xsa_segment {
     xsa_mem_handle *handles; /* [max_pages]; XSA_NO_HANDLE where unmapped */
     int access[XSA_SEGMENT_MAX_ACCESS]; /* devices granted read/write; access[0] == device */
     int n_access;
+    bool exportable;         /* new pages are created exportable (set after init) */
 } xsa_segment;
 
 /* Reserves max(reserve_bytes, one page) rounded up to pages of the device's

@@ -50,8 +50,8 @@ void xsa_sim_complete_all(void);
 void xsa_sim_set_eager_events(int eager);
 
 typedef struct xsa_sim_usage {
-    size_t handles;             /* created and not yet freed (released-but-mapped count) */
-    size_t handle_bytes;        /* physical bytes counted against capacity, all devices */
+    size_t handles;             /* created or imported and not yet freed (released-but-mapped count) */
+    size_t handle_bytes;        /* physical bytes counted against capacity, all devices (not imported handles) */
     size_t mapped_bytes;        /* bytes of VA currently mapped */
     size_t reservations;
     size_t reserved_bytes;
@@ -63,6 +63,10 @@ typedef struct xsa_sim_usage {
 } xsa_sim_usage;
 
 void xsa_sim_get_usage(xsa_sim_usage *usage);
+
+/* Devices granted read/write on the page holding ptr (bit d: device d);
+ * 0 where nothing is mapped or ptr is in no reservation. */
+unsigned xsa_sim_page_access(xsa_devptr ptr);
 
 /* Invariant checker: handle table, mappings and counters agree. Returns 1 if
  * consistent, else 0 with a sentence in err. */
