@@ -16,6 +16,7 @@
 #include "api/config.h"
 #include "api/errors.h"
 #include "api/internal.h"
+#include "api/ipc.h"
 #include "api/ptr_table.h"
 #include "api/ranges.h"
 #include "pool/pool.h"
@@ -110,6 +111,7 @@ static xsa_status ensure_init(void) {
 xsa_status xsa_shutdown(void) {
     pthread_mutex_lock(&g.init_lock);
     if (atomic_load(&g.ready)) {
+        xsa_ipc_close_all();
         for (int i = 0; i < g.devices; i++) {
             if (g.slot[i].pool) xsa_pool_destroy(g.slot[i].pool);
             g.slot[i].pool = NULL;
@@ -168,6 +170,7 @@ static xsa_status from_pool(xsa_pool_status ps) {
     case XSA_POOL_DRIVER_ERROR: return XSA_ERROR_DRIVER;
     case XSA_POOL_HOST_OOM: return XSA_ERROR_OUT_OF_MEMORY;
     case XSA_POOL_INVALID: return XSA_ERROR_INVALID_VALUE;
+    case XSA_POOL_UNSUPPORTED: return XSA_ERROR_NOT_SUPPORTED;
     }
     return XSA_ERROR_DRIVER;
 }
@@ -369,6 +372,41 @@ xsa_status xsa_reset_peak_stats(int device) { return with_pool("xsa_reset_peak_s
 
 xsa_status xsa_reset_accumulated_stats(int device) {
     return with_pool("xsa_reset_accumulated_stats", device, xsa_pool_reset_accumulated_stats);
+}
+
+xsa_status xsa_enable_peer_access(int device, int peer) {
+    xsa_status st = check_device("xsa_enable_peer_access", device);
+    if (st == XSA_SUCCESS) st = check_device("xsa_enable_peer_access (peer)", peer);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_enable_peer(p, peer, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+xsa_status xsa_ipc_export(void *ptr, xsa_ipc_handle *handle) {
+    if (!handle) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_export: handle is NULL");
+    int device;
+    xsa_status st = device_of("xsa_ipc_export", ptr, &device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_ipc_export(p, ptr, handle, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle) {
+    if (!handle || handle->magic != XSA_IPC_MAGIC)
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_revoke: not an xsalloc IPC handle");
+    xsa_status st = check_device("xsa_ipc_revoke", handle->device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(handle->device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_ipc_revoke(p, handle->export_id, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(handle->device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
 }
 
 xsa_status xsa_check_invariants(int device) {

@@ -42,6 +42,8 @@
  * -------------------------------+---------------------------------+----------+---------------------------------
  * expandable_segments            | True / False                    | True     | pool.expandable_segments (PyTorch default False)
  * page_recycling                 | True / False                    | True     | pool.page_recycling (xsalloc's own key)
+ * peer_access                    | True / False                    | False    | pool.peer_access (xsalloc's own key) (7)
+ * ipc_handles                    | True / False                    | False    | pool.ipc_handles (xsalloc's own key) (7)
  * max_split_size_mb              | integer >= 20 (MiB)             | no limit | pool.max_split_size (bytes)
  * max_non_split_rounding_mb      | integer >= 20 (MiB)             | 20       | pool.max_non_split_rounding (bytes)
  * roundup_power2_divisions       | N, or [MB:N,...,>:N] (below)    | all 0    | pool.roundup_power2_divisions[16]
@@ -81,6 +83,9 @@
  *     the user asked for, so the key is refused rather than ignored.
  * (6) Not a PyTorch configuration key (PyTorch picks the handle type
  *     internally); xsalloc has no handle-type choice either.
+ * (7) Both need expandable segments: True together with
+ *     expandable_segments:False is an error (in either order), rather than
+ *     a setting silently without effect.
  *
  * Deviations from PyTorch's ranges: per_process_memory_fraction:0 (PyTorch
  * accepts [0, 1]) is refused because it would make every allocation fail,
@@ -305,6 +310,8 @@ static size_t mib_to_bytes(uint64_t mb) { return mb > SIZE_MAX / MIB ? SIZE_MAX 
 typedef enum key_id {
     K_EXPANDABLE_SEGMENTS,
     K_PAGE_RECYCLING,
+    K_PEER_ACCESS,
+    K_IPC_HANDLES,
     K_MAX_SPLIT_SIZE_MB,
     K_MAX_NON_SPLIT_ROUNDING_MB,
     K_ROUNDUP_POWER2_DIVISIONS,
@@ -334,6 +341,8 @@ static const struct {
 } keys[] = {
     {"expandable_segments", K_EXPANDABLE_SEGMENTS},
     {"page_recycling", K_PAGE_RECYCLING},
+    {"peer_access", K_PEER_ACCESS},
+    {"ipc_handles", K_IPC_HANDLES},
     {"max_split_size_mb", K_MAX_SPLIT_SIZE_MB},
     {"max_non_split_rounding_mb", K_MAX_NON_SPLIT_ROUNDING_MB},
     {"roundup_power2_divisions", K_ROUNDUP_POWER2_DIVISIONS},
@@ -483,6 +492,8 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     switch (id) {
     case K_EXPANDABLE_SEGMENTS: return get_bool(ps, key, val, &o->expandable_segments);
     case K_PAGE_RECYCLING: return get_bool(ps, key, val, &o->page_recycling);
+    case K_PEER_ACCESS: return get_bool(ps, key, val, &o->peer_access);
+    case K_IPC_HANDLES: return get_bool(ps, key, val, &o->ipc_handles);
 
     case K_MAX_SPLIT_SIZE_MB:
     case K_MAX_NON_SPLIT_ROUNDING_MB:
@@ -563,8 +574,9 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
 }
 
 #define ACCEPT_KEYS                                                                                        \
-    "expandable_segments, page_recycling, max_split_size_mb, max_non_split_rounding_mb, "                  \
-    "roundup_power2_divisions, garbage_collection_threshold, per_process_memory_fraction, backend, or a " \
+    "expandable_segments, page_recycling, peer_access, ipc_handles, max_split_size_mb, "                   \
+    "max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, "                  \
+    "per_process_memory_fraction, backend, or a "                                                          \
     "PyTorch compatibility key listed in api/CONFIG.md"
 
 int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen) {
@@ -650,6 +662,12 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
                         *p, show(key).s, show(val).s);
         p = skip_ws(p + 1, end); /* a single trailing comma ends the loop here */
     }
+
+    const char *needs_expandable = cfg.pool.peer_access ? "peer_access" : cfg.pool.ipc_handles ? "ipc_handles" : NULL;
+    if (!cfg.pool.expandable_segments && needs_expandable)
+        return fail(&ps, "key '%s' value 'True' needs expandable segments, but expandable_segments is False; "
+                         "accepted: %s:False, or expandable_segments:True",
+                    needs_expandable, needs_expandable);
 
     *out = cfg;
     return 1;

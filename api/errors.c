@@ -17,6 +17,7 @@ const char *xsa_status_name(xsa_status status) {
     case XSA_ERROR_NO_DRIVER: return "XSA_ERROR_NO_DRIVER";
     case XSA_ERROR_DRIVER: return "XSA_ERROR_DRIVER";
     case XSA_ERROR_ALREADY_INITIALIZED: return "XSA_ERROR_ALREADY_INITIALIZED";
+    case XSA_ERROR_NOT_SUPPORTED: return "XSA_ERROR_NOT_SUPPORTED";
     }
     return "XSA_ERROR_UNKNOWN_STATUS";
 }

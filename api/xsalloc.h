@@ -34,6 +34,7 @@ typedef enum xsa_status {
     XSA_ERROR_NO_DRIVER,         /* no usable CUDA driver (and the simulated one was not chosen) */
     XSA_ERROR_DRIVER,            /* a driver call failed; the message names it */
     XSA_ERROR_ALREADY_INITIALIZED,
+    XSA_ERROR_NOT_SUPPORTED,     /* not possible here: classic segments, IPC off, peer access the hardware cannot do */
 } xsa_status;
 
 const char *xsa_status_name(xsa_status status);
@@ -52,7 +53,9 @@ const char *xsa_driver_name(void);
 xsa_status xsa_init(const char *conf);
 /* Frees every cached block, returns all memory to the driver and forgets the
  * configuration. Live allocations are released too (their pointers become
- * invalid); xsa_live_allocations tells how many there were. */
+ * invalid); xsa_live_allocations tells how many there were. Blocks this
+ * process imported (xsa_ipc_import) are closed; exports not yet imported
+ * are revoked. */
 xsa_status xsa_shutdown(void);
 
 xsa_status xsa_device_count(int *count);
@@ -119,6 +122,92 @@ typedef struct xsa_device_stats {
 xsa_status xsa_get_stats(int device, xsa_device_stats *stats);
 xsa_status xsa_reset_peak_stats(int device);
 xsa_status xsa_reset_accumulated_stats(int device);
+
+/* ---- Several GPUs: peer access ----
+ *
+ * Grants device `peer` read/write on every mapped page of `device`'s
+ * expandable segments, now and on pages mapped later (each newly mapped run
+ * gets cuMemSetAccess for the device and all its peers). Idempotent;
+ * peer == device is a no-op. XSA_ERROR_NOT_SUPPORTED, naming both devices,
+ * when cuDeviceCanAccessPeer says the peer cannot access the device's memory,
+ * or when the device uses classic cuMemAlloc segments (expandable_segments:
+ * False, or no virtual memory management): for those, CUDA's own
+ * cuCtxEnablePeerAccess applies and xsalloc does not call it. A driver error
+ * part-way may leave some segments granted; calling again completes it.
+ * peer_access:True in XSALLOC_CONF does this for every peer that can access
+ * a device, when the device's allocator is created. */
+xsa_status xsa_enable_peer_access(int device, int peer);
+
+/* ---- Several processes: IPC export of a block ----
+ *
+ * With ipc_handles:True in XSALLOC_CONF, expandable segments create their
+ * physical pages exportable as POSIX file descriptors (if the driver
+ * refuses, a warning is printed once per device and IPC stays off). A live
+ * block of an expandable segment can then be exported: the handle describes
+ * its pages (one fd each), where the block starts in the first page and its
+ * size. Classic (cuMemAlloc) blocks cannot be exported.
+ *
+ * Protocol and lifetime (one export = one importer):
+ *  1. Exporter: xsa_ipc_export(ptr, &h). The fds in h are the caller's.
+ *     Synchronize the work that writes the block before sending.
+ *  2. xsa_ipc_send(sock, &h) over a Unix socket (the fds travel as
+ *     SCM_RIGHTS ancillary data; the struct's fd fields are meaningless in
+ *     another process). Then xsa_ipc_handle_close(&h) closes the sender's fds.
+ *  3. Importer: xsa_ipc_recv(sock, &h), xsa_ipc_import(&h, device, &p),
+ *     xsa_ipc_handle_close(&h). p maps the same memory in a reservation of
+ *     the importer's own, with access for `device`. A handle imports once.
+ *  4. Importer: when done (its work on p completed), xsa_ipc_close(p).
+ *  The exporter's pages stay pinned from xsa_ipc_export until the importer
+ *  has closed (or the export was revoked): the block may be used and freed
+ *  as usual, but a freed exported block is not returned to the cache (never
+ *  reused, recycled or unmapped, empty_cache included) until then. The
+ *  exporter learns of the close without a callback: each export carries a
+ *  shared state word (a memfd) that the importer sets, and the exporter
+ *  polls it, never blocking, on malloc, free, export and empty_cache.
+ *  An export that will never be imported (the send failed, the peer went
+ *  away before importing) is ended by the exporter with xsa_ipc_revoke(&h);
+ *  an importer that exits without xsa_ipc_close keeps the block pinned
+ *  until the exporter's xsa_shutdown. To share a block with N processes,
+ *  export it N times. A handle that was already imported, closed or revoked,
+ *  or whose exporter shut down, is refused as stale. */
+#define XSA_IPC_MAX_PAGES 1024 /* pages per handle: 2 GiB of 2 MiB pages */
+
+typedef struct xsa_ipc_handle {
+    uint32_t magic;          /* XSA_IPC_MAGIC */
+    uint32_t version;        /* XSA_IPC_VERSION */
+    uint64_t export_id;      /* unique per export (exporter's pid and a counter) */
+    int32_t device;          /* exporter's device, in the exporter's numbering */
+    int32_t n_pages;
+    uint64_t page_size;
+    uint64_t offset;         /* block start inside the first page */
+    uint64_t size;           /* block size */
+    int32_t state_fd;        /* the shared state word's memfd, in this process */
+    int32_t fds[XSA_IPC_MAX_PAGES]; /* one per page, in this process; -1 past n_pages */
+} xsa_ipc_handle;
+
+#define XSA_IPC_MAGIC 0x78736169u /* "xsai" */
+#define XSA_IPC_VERSION 1u
+
+/* Exports the live block at `ptr` (the pointer xsa_malloc returned).
+ * XSA_ERROR_NOT_SUPPORTED if IPC is off or the block is classic;
+ * XSA_ERROR_INVALID_VALUE if it spans more than XSA_IPC_MAX_PAGES pages. */
+xsa_status xsa_ipc_export(void *ptr, xsa_ipc_handle *handle);
+/* Ends an export that was not imported (the exporter's side); fails with
+ * XSA_ERROR_INVALID_VALUE if the importer has it (it ends at its close) or
+ * the export is no longer pending. */
+xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle);
+/* Maps an exported block into this process for use on `device`.
+ * XSA_ERROR_INVALID_VALUE for a malformed or stale handle. */
+xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr);
+/* Unmaps an imported block and tells the exporter. */
+xsa_status xsa_ipc_close(void *ptr);
+/* Sends the handle and its n_pages + 1 fds over a connected Unix socket
+ * (several messages when there are more fds than one message carries). */
+xsa_status xsa_ipc_send(int socket_fd, const xsa_ipc_handle *handle);
+/* Receives a handle sent by xsa_ipc_send; its fds are the caller's. */
+xsa_status xsa_ipc_recv(int socket_fd, xsa_ipc_handle *handle);
+/* Closes the handle's fds (those >= 0) and sets them to -1. */
+void xsa_ipc_handle_close(xsa_ipc_handle *handle);
 
 /* Runs every invariant checker of the device's allocator (blocks tile the
  * segments, free sets hold exactly the free blocks, stats equal a recount,

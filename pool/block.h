@@ -32,6 +32,7 @@ typedef struct xsa_block {
     bool mapped;             /* false only for unmapped ranges of expandable segments */
     bool in_free_set;
     int event_count;         /* record_stream events still outstanding after free */
+    int ipc_exports;         /* IPC exports not yet seen closed or revoked: the block is pinned */
     uint64_t gc_base;        /* pool's free-block lookup count when it became free */
     uint64_t free_seq;       /* pool's free_seq when it became free */
     /* Streams that used the block besides its own (record_stream). */
@@ -40,6 +41,11 @@ typedef struct xsa_block {
 } xsa_block;
 
 static inline bool xsa_block_is_split(const xsa_block *b) { return b->prev || b->next; }
+
+/* Allocated, or freed but held by record_stream events or IPC exports. */
+static inline bool xsa_block_in_use(const xsa_block *b) {
+    return b->allocated || b->event_count > 0 || b->ipc_exports > 0;
+}
 
 /* Recycler of block records. */
 typedef struct xsa_block_cache {

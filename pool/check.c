@@ -1,7 +1,8 @@
 /*
  * pool/check: the pool's invariant checker. Recounts everything from the
  * blocks and compares with the free sets, the pointer map, the segments'
- * pages, the event queues and the stats. Slow (linear), for tests.
+ * pages, the event queues, the IPC export list and the stats. Slow
+ * (linear), for tests.
  */
 #include "pool/pool_internal.h"
 
@@ -15,7 +16,7 @@ typedef struct recount {
     int64_t inactive_split[XSA_POOL_KINDS], inactive_split_bytes[XSA_POOL_KINDS];
     int64_t segment[XSA_POOL_KINDS], reserved_bytes[XSA_POOL_KINDS];
     size_t free_blocks[XSA_POOL_KINDS], free_bytes[XSA_POOL_KINDS];
-    size_t pending_events, live_blocks, oversize_allocations, oversize_segments, blocks;
+    size_t pending_events, live_blocks, oversize_allocations, oversize_segments, blocks, ipc_exports;
 } recount;
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -31,8 +32,8 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     if (b->seg != s) return fail(err, n, "block %#lx: points to another segment", (unsigned long)b->ptr);
     if (b->size == 0 || b->size % XSA_MIN_BLOCK_SIZE) return fail(err, n, "block %#lx: size %zu", (unsigned long)b->ptr, b->size);
     if (b->stream != s->stream) return fail(err, n, "block %#lx: stream differs from its segment's", (unsigned long)b->ptr);
-    bool pending = !b->allocated && b->event_count > 0;
-    bool free_block = !b->allocated && b->event_count == 0 && b->mapped;
+    bool pending = !b->allocated && xsa_block_in_use(b);
+    bool free_block = !xsa_block_in_use(b) && b->mapped;
     if (b->allocated && b->event_count) return fail(err, n, "block %#lx: allocated with events", (unsigned long)b->ptr);
     if (b->in_free_set != free_block)
         return fail(err, n, "block %#lx: in_free_set=%d but free=%d", (unsigned long)b->ptr, b->in_free_set, free_block);
@@ -41,7 +42,7 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     if (!b->mapped && (b->allocated || pending)) return fail(err, n, "block %#lx: unmapped but in use", (unsigned long)b->ptr);
     if (b->next && b->mapped == b->next->mapped && !b->mapped)
         return fail(err, n, "block %#lx: two adjacent unmapped blocks", (unsigned long)b->ptr);
-    if (free_block && b->next && !b->next->allocated && !b->next->event_count && b->next->mapped)
+    if (free_block && b->next && !xsa_block_in_use(b->next) && b->next->mapped)
         return fail(err, n, "block %#lx: two adjacent free blocks were not merged", (unsigned long)b->ptr);
     if (b->allocated) {
         c->allocation[k]++;
@@ -49,6 +50,10 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
         c->requested_bytes[k] += (int64_t)b->requested;
         if (b->size >= p->opt.max_split_size) c->oversize_allocations++;
     }
+    if (b->ipc_exports < 0 || (b->ipc_exports && !s->expandable))
+        return fail(err, n, "block %#lx: %d IPC exports in a %s segment", (unsigned long)b->ptr, b->ipc_exports,
+                    s->expandable ? "expandable" : "classic");
+    c->ipc_exports += (size_t)b->ipc_exports;
     if (b->allocated || pending) {
         c->active[k]++;
         c->active_bytes[k] += (int64_t)b->size;
@@ -79,6 +84,18 @@ static int check_pages(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     return 1;
 }
 
+/* Every peer of the pool is on the segment's access list. */
+static int check_access(const xsa_pool *p, const xsa_seg *s, char *err, size_t n) {
+    for (int i = 0; i < p->n_peers; i++) {
+        int k = 0;
+        while (k < s->vm.n_access && s->vm.access[k] != p->peers[i]) k++;
+        if (k == s->vm.n_access)
+            return fail(err, n, "segment %#lx: peer device %d is missing from its access list", (unsigned long)s->base,
+                        p->peers[i]);
+    }
+    return 1;
+}
+
 static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *err, size_t n) {
     if (!s->first || s->first->prev || s->first->ptr != s->base)
         return fail(err, n, "segment %#lx: first block is not at its base", (unsigned long)s->base);
@@ -95,7 +112,7 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     if (at != s->base + s->size) return fail(err, n, "segment %#lx: blocks cover %zu of %zu bytes", (unsigned long)s->base, (size_t)(at - s->base), s->size);
     size_t bytes = s->size;
     if (s->expandable) {
-        if (!xsa_segment_check(&s->vm, err, n)) return 0;
+        if (!xsa_segment_check(&s->vm, err, n) || !check_access(p, s, err, n)) return 0;
         bytes = xsa_segment_mapped_bytes(&s->vm);
     } else if (s->size >= p->opt.max_split_size) {
         c->oversize_segments++;
@@ -138,6 +155,23 @@ static int check_stat(const char *name, const xsa_stat *by_type, const int64_t *
     return 1;
 }
 
+/* Each export names a block whose ipc_exports counts exactly its records
+ * (pinned blocks are in use, hence mapped: check_block says so). */
+static int check_exports(const xsa_pool *p, const recount *c, char *err, size_t n) {
+    size_t records = 0;
+    for (const xsa_export *e = p->exports; e; e = e->next) {
+        int same = 0;
+        for (const xsa_export *f = p->exports; f; f = f->next) same += f->block == e->block;
+        if (same != e->block->ipc_exports)
+            return fail(err, n, "block %#lx: %d IPC exports counted, %d recorded", (unsigned long)e->block->ptr,
+                        e->block->ipc_exports, same);
+        records++;
+    }
+    if (records != c->ipc_exports)
+        return fail(err, n, "%zu IPC export records, blocks count %zu", records, c->ipc_exports);
+    return 1;
+}
+
 int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
     recount c;
     memset(&c, 0, sizeof c);
@@ -145,6 +179,7 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
         if (!check_segment(p, s, &c, err, n)) return 0;
     for (int k = 0; k < XSA_POOL_KINDS; k++)
         if (!check_free_set(&p->free[k], k, &c, err, n)) return 0;
+    if (!check_exports(p, &c, err, n)) return 0;
     const xsa_device_stats *st = &p->stats;
     if (!check_stat("allocation", st->allocation, c.allocation, err, n) ||
         !check_stat("allocated_bytes", st->allocated_bytes, c.allocated_bytes, err, n) ||

@@ -26,6 +26,10 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_strea
     if (!s) return XSA_POOL_HOST_OOM;
     xsa_cu_result r = xsa_segment_init(&s->vm, p->drv, p->device, p->device_total);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAddressReserve", r, err, errlen);
+    s->vm.exportable = p->ipc;
+    /* Cannot fail: nothing is mapped yet, and the pool keeps fewer peers
+     * than a segment's access list holds. */
+    for (int i = 0; i < p->n_peers; i++) xsa_segment_add_access(&s->vm, p->peers[i]);
     s->expandable = true;
     b->mapped = false;
     xsa_pool_link_new_segment(p, s, b, kind, stream, (uintptr_t)s->vm.base, s->vm.max_pages * s->vm.page_size);
@@ -34,7 +38,7 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_strea
     return XSA_POOL_OK;
 }
 
-static bool is_free_mapped(const xsa_block *b) { return b && b->mapped && !b->allocated && b->event_count == 0; }
+static bool is_free_mapped(const xsa_block *b) { return b && b->mapped && !xsa_block_in_use(b); }
 
 /* Bytes a request could get from unmapped block u: u plus the free blocks
  * on both sides (the one after only once u is mapped whole). */

@@ -23,6 +23,8 @@ typedef struct xsa_pool_options {
     size_t roundup_power2_divisions[XSA_ROUNDUP_INTERVALS];
     double garbage_collection_threshold; /* 0 = off; else in (0, 1) */
     double memory_fraction;        /* per_process_memory_fraction; 1.0 = whole device */
+    bool peer_access;              /* grant every peer that can access the device (default false) */
+    bool ipc_handles;              /* exportable pages for IPC (default false) */
 } xsa_pool_options;
 
 void xsa_pool_options_default(xsa_pool_options *o);

@@ -81,6 +81,26 @@ void xsa_pool_erase_free(xsa_pool *p, xsa_block *b) {
 
 /* ---- create / destroy ---- */
 
+/* The sentence to print once about a setting the device cannot honour. */
+static const char *fallback_warning(const xsa_pool *p) {
+    const xsa_pool_options *o = &p->opt;
+    if (o->expandable_segments && !p->expandable)
+        return o->peer_access || o->ipc_handles
+                   ? "this device does not support virtual memory management: expandable_segments falls back to "
+                     "classic segments, without peer_access and ipc_handles (they need expandable segments)"
+                   : "this device does not support virtual memory management: expandable_segments falls back to "
+                     "classic segments";
+    if (o->ipc_handles && !p->ipc)
+        return "the driver refuses exportable (POSIX file descriptor) memory handles on this device: ipc_handles "
+               "falls back to ordinary pages and xsa_ipc_export will fail";
+    return NULL;
+}
+
+static void destroy_empty(xsa_pool *p) {
+    xsa_ptr_map_destroy(&p->allocated);
+    free(p);
+}
+
 xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, const xsa_pool_options *opt,
                                 const char **warning, char *err, size_t errlen) {
     xsa_pool *p = calloc(1, sizeof *p);
@@ -106,13 +126,19 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
     }
     if (r != XSA_CU_SUCCESS) {
         xsa_pool_driver_error(p, call, r, err, errlen);
-        xsa_ptr_map_destroy(&p->allocated);
-        free(p);
+        destroy_empty(p);
         return XSA_POOL_DRIVER_ERROR;
     }
     p->expandable = opt->expandable_segments && vmm;
-    if (opt->expandable_segments && !vmm && warning)
-        *warning = "this device does not support virtual memory management: expandable_segments falls back to classic segments";
+    p->ipc = p->expandable && opt->ipc_handles && xsa_ipc_probe(p);
+    if (p->expandable && opt->peer_access) {
+        xsa_pool_status st = xsa_peer_enable_all(p, err, errlen);
+        if (st != XSA_POOL_OK) {
+            destroy_empty(p);
+            return st;
+        }
+    }
+    if (warning) *warning = fallback_warning(p);
     p->allowed_max = (size_t)(opt->memory_fraction * (double)p->device_total);
     *out = p;
     return XSA_POOL_OK;
@@ -129,8 +155,9 @@ static void free_segment_blocks(xsa_pool *p, xsa_seg *s) {
 }
 
 void xsa_pool_destroy(xsa_pool *p) {
-    /* Events go first: they may refer to blocks. */
+    /* Events and exports go first: they refer to blocks. */
     xsa_events_destroy(&p->events);
+    xsa_ipc_destroy(p);
     while (p->segments) {
         xsa_seg *s = p->segments;
         xsa_pool_unlink_segment(p, s);
@@ -326,7 +353,10 @@ static void oom_report(xsa_pool *p, size_t requested, xsa_stream stream, char *e
              p->opt.memory_fraction < 1.0 ? cap : "");
 }
 
-static void block_done(void *ctx, xsa_block *b) { xsa_pool_free_block(ctx, b); }
+/* Events done: the block returns unless IPC exports still pin it. */
+static void block_done(void *ctx, xsa_block *b) {
+    if (!b->ipc_exports) xsa_pool_free_block(ctx, b);
+}
 
 /* The miss path: PyTorch's order of fallbacks. */
 static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
@@ -355,6 +385,7 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
         return XSA_POOL_HOST_OOM;
     }
     xsa_events_poll(&p->events, block_done, p);
+    if (p->exports) xsa_ipc_poll(p);
     size_t rounded = xsa_pool_round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
@@ -398,7 +429,7 @@ void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
 
 /* Merges src into dst (its neighbour) if src is a free mapped block. */
 static void try_merge(xsa_pool *p, xsa_block *dst, xsa_block *src) {
-    if (src && !src->allocated && src->event_count == 0 && src->mapped) xsa_pool_absorb(p, dst, src);
+    if (src && !xsa_block_in_use(src) && src->mapped) xsa_pool_absorb(p, dst, src);
 }
 
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
@@ -456,7 +487,10 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
     xsa_stats_update(p->stats.allocated_bytes, kind, -(int64_t)b->size);
     xsa_stats_update(p->stats.requested_bytes, kind, -(int64_t)b->requested);
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
-    if (b->event_count == 0) xsa_pool_free_block(p, b);
+    if (b->ipc_exports)
+        xsa_ipc_poll(p); /* returns b to the cache if its exports are over */
+    else if (b->event_count == 0)
+        xsa_pool_free_block(p, b);
     XSA_OBSERVE(p, XSA_OBS_FREE_END, kind, (uintptr_t)ptr, requested, size, stream);
     return XSA_POOL_OK;
 }

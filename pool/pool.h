@@ -39,13 +39,16 @@ typedef enum {
     XSA_POOL_DRIVER_ERROR,  /* err names the call and the driver's error */
     XSA_POOL_HOST_OOM,      /* host malloc failed */
     XSA_POOL_INVALID,       /* bad argument */
+    XSA_POOL_UNSUPPORTED,   /* not possible here (classic segments, IPC off, hardware); err says why */
 } xsa_pool_status;
 
 typedef struct xsa_pool xsa_pool;
 
 /* Creates the pool of `device`. If the device cannot do virtual memory
- * management, expandable segments fall back to classic and *warning (if not
- * NULL) is set to a sentence to print once. */
+ * management, expandable segments fall back to classic, and if exportable
+ * handles are refused with ipc_handles set, IPC falls back to off; either
+ * way *warning (if not NULL) is set to a sentence to print once. With
+ * peer_access set, every device that can access this one is granted. */
 xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, const xsa_pool_options *opt,
                                 const char **warning, char *err, size_t errlen);
 /* Told when an expandable segment reserves or frees its address range. */
@@ -79,6 +82,17 @@ void xsa_pool_reset_peak_stats(xsa_pool *p);
 void xsa_pool_reset_accumulated_stats(xsa_pool *p);
 /* Live allocations (allocated, or freed and waiting for events). */
 size_t xsa_pool_live_blocks(const xsa_pool *p);
+
+/* Grants device `peer` read/write on every page of the pool's expandable
+ * segments, now and later (see xsa_enable_peer_access). */
+xsa_pool_status xsa_pool_enable_peer(xsa_pool *p, int peer, char *err, size_t errlen);
+
+/* IPC export of the live allocation at ptr; the protocol and the lifetime
+ * of exported pages are in api/xsalloc.h. The block stays pinned (never
+ * returned to the cache once freed) until the export is closed or revoked. */
+xsa_pool_status xsa_pool_ipc_export(xsa_pool *p, void *ptr, xsa_ipc_handle *out, char *err, size_t errlen);
+/* Ends a pending export that was not imported. */
+xsa_pool_status xsa_pool_ipc_revoke(xsa_pool *p, uint64_t export_id, char *err, size_t errlen);
 
 /* PyTorch's round_size: the block size a request of `size` bytes gets. */
 size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size);

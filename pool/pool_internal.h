@@ -1,7 +1,7 @@
 /*
  * pool/pool_internal: the pool's state, shared by its source files
  * (pool.c: malloc/free; expand.c: expandable segments; release.c: giving
- * memory back; stats.c; check.c). Not part of the pool's interface.
+ * memory back; ipc.c: IPC exports; peer.c: peer access; stats.c; check.c). Not part of the pool's interface.
  */
 #ifndef XSA_POOL_INTERNAL_H
 #define XSA_POOL_INTERNAL_H
@@ -9,6 +9,7 @@
 #include "pool/block.h"
 #include "pool/events.h"
 #include "pool/free_set.h"
+#include "pool/ipc_state.h"
 #include "pool/pool.h"
 #include "pool/ptr_map.h"
 #include "vmm/segment.h"
@@ -40,11 +41,23 @@ typedef struct xsa_seg {
     struct xsa_seg *prev_seg, *next_seg;
 } xsa_seg;
 
+/* An IPC export not yet seen closed or revoked (pool/ipc.c). */
+typedef struct xsa_export {
+    xsa_block *block;
+    xsa_ipc_state *state;      /* shared with the importer */
+    uint64_t id;
+    struct xsa_export *next;
+} xsa_export;
+
 struct xsa_pool {
     xsa_driver *drv;
     int device;
     xsa_pool_options opt;
     bool expandable;           /* effective (false when the device lacks VMM) */
+    bool ipc;                  /* effective: exportable pages (ipc_handles, unless refused) */
+    int peers[XSA_SEGMENT_MAX_ACCESS - 1]; /* devices granted access to every segment */
+    int n_peers;
+    xsa_export *exports;
     size_t device_total;
     size_t allowed_max;        /* memory fraction * device_total */
     size_t page_size;
@@ -120,6 +133,16 @@ void xsa_recycle_give_back(xsa_pool *p, xsa_mem_handle *handles, size_t n);
 /* Destroys the segment's fence event, if any. */
 void xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s);
 void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
+
+/* ipc.c: whether exportable pages work on the device (attribute and a
+ * trial cuMemCreate); drops the exports seen closed or revoked, returning
+ * freed blocks they pinned to the cache; revokes and forgets them all. */
+bool xsa_ipc_probe(xsa_pool *p);
+void xsa_ipc_poll(xsa_pool *p);
+void xsa_ipc_destroy(xsa_pool *p);
+
+/* peer.c: grants every device that can access p's device (peer_access). */
+xsa_pool_status xsa_peer_enable_all(xsa_pool *p, char *err, size_t errlen);
 
 /* release.c */
 xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen);

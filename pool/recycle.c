@@ -16,7 +16,8 @@
  * keeps a fence: an event recorded on its stream; blocks that became free
  * before the fence was recorded may move once it has completed (polled,
  * never waited for; an idle stream completes it at once). Blocks waiting
- * for record_stream events are not free, so they are never taken.
+ * for record_stream events or pinned by IPC exports are not free, so they
+ * are never taken.
  */
 #include "pool/pool_internal.h"
 

@@ -4,7 +4,8 @@
  * whole pages of their free blocks. Three callers: the OOM fallbacks
  * (release cached oversize blocks of the stream; release everything after
  * synchronizing events), garbage collection of the oldest cached blocks,
- * and empty_cache.
+ * and empty_cache. Only free-set blocks are released: blocks pinned by IPC
+ * exports wait outside it, so their pages are never unmapped here.
  */
 #include "pool/pool_internal.h"
 
@@ -63,7 +64,10 @@ static void drop_empty_segments(xsa_pool *p) {
     }
 }
 
-static void block_done(void *ctx, xsa_block *b) { xsa_pool_free_block(ctx, b); }
+/* Events done: the block returns unless IPC exports still pin it. */
+static void block_done(void *ctx, xsa_block *b) {
+    if (!b->ipc_exports) xsa_pool_free_block(ctx, b);
+}
 
 xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
     xsa_cu_result r = xsa_events_synchronize(&p->events, block_done, p);
@@ -72,6 +76,8 @@ xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
         xsa_pool_driver_error(p, "cuEventSynchronize", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
+    /* Exports are polled, never waited for: pinned blocks stay. */
+    if (p->exports) xsa_ipc_poll(p);
     xsa_pool_status st = release_pool(p, XSA_POOL_LARGE, err, errlen);
     if (st == XSA_POOL_OK) st = release_pool(p, XSA_POOL_SMALL, err, errlen);
     drop_empty_segments(p);

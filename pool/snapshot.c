@@ -12,7 +12,8 @@
 
 static xsa_snap_state state_of(const xsa_block *b) {
     if (b->allocated) return XSA_SNAP_ALLOCATED;
-    return b->event_count > 0 ? XSA_SNAP_PENDING_FREE : XSA_SNAP_INACTIVE;
+    /* Freed but held by record_stream events or IPC exports. */
+    return xsa_block_in_use(b) ? XSA_SNAP_PENDING_FREE : XSA_SNAP_INACTIVE;
 }
 
 /* Counts the mapped runs and mapped blocks of every segment. */

@@ -83,6 +83,8 @@ static void test_defaults(void **state) {
         assert_default_options(&c.pool);
         assert_true(c.pool.expandable_segments);
         assert_true(c.pool.page_recycling);
+        assert_false(c.pool.peer_access);
+        assert_false(c.pool.ipc_handles);
         assert_int_equal(c.pool.max_split_size, SIZE_MAX);
         assert_int_equal(c.pool.max_non_split_rounding, 20 * MIB);
         for (int k = 0; k < N; k++) assert_int_equal(c.pool.roundup_power2_divisions[k], 0);
@@ -138,6 +140,28 @@ static void test_page_recycling(void **state) {
     assert_true(parse_ok("page_recycling:True").pool.page_recycling);
     EXPECT_ERR("page_recycling:off", "'page_recycling'", "'off'", "True or False");
     EXPECT_ERR("page_recycling:False_", "'page_recycling'", "'False_'", "True or False");
+}
+
+/* peer_access and ipc_handles: booleans that need expandable segments. */
+static void test_peer_access_and_ipc_handles(void **state) {
+    (void)state;
+    xsa_config c = parse_ok("peer_access:True");
+    assert_true(c.pool.peer_access);
+    assert_false(c.pool.ipc_handles);
+    c = parse_ok("ipc_handles:True, peer_access:False");
+    assert_true(c.pool.ipc_handles);
+    assert_false(c.pool.peer_access);
+    c = parse_ok("expandable_segments:True,peer_access:True,ipc_handles:True");
+    assert_true(c.pool.peer_access && c.pool.ipc_handles);
+    c = parse_ok("expandable_segments:False,peer_access:False,ipc_handles:False");
+    assert_false(c.pool.expandable_segments || c.pool.peer_access || c.pool.ipc_handles);
+    EXPECT_ERR("peer_access:yes", "'peer_access'", "'yes'", "True or False");
+    EXPECT_ERR("ipc_handles:1", "'ipc_handles'", "'1'", "True or False");
+    EXPECT_ERR("ipc_handles:True,ipc_handles:True", "'ipc_handles'", "given twice");
+    /* Without expandable segments they could not take effect: refused, in
+     * either order. */
+    EXPECT_ERR("expandable_segments:False,peer_access:True", "'peer_access'", "'True'", "expandable_segments is False");
+    EXPECT_ERR("ipc_handles:True,expandable_segments:False", "'ipc_handles'", "'True'", "expandable_segments:True");
 }
 
 /* ---- sizes in MiB ---- */
@@ -518,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_err_buffer_handling),
         cmocka_unit_test(test_expandable_segments),
         cmocka_unit_test(test_page_recycling),
+        cmocka_unit_test(test_peer_access_and_ipc_handles),
         cmocka_unit_test(test_max_split_size_mb),
         cmocka_unit_test(test_max_non_split_rounding_mb),
         cmocka_unit_test(test_roundup_single),

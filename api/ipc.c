@@ -1,0 +1,326 @@
+/*
+ * api/ipc: importing exported blocks, and sending handles over Unix sockets
+ * (protocol and lifetime rules in api/xsalloc.h).
+ *
+ * Design: an import claims the handle first (state EXPORTED -> IMPORTED on
+ * the shared word, so a handle imports once and a stale one is refused
+ * before any driver call), then reserves a range of its own as a vmm
+ * segment, imports each page's fd (cuMemImportFromShareableHandle) and maps
+ * the handles there with access for the importing device: the segment code
+ * does the mapping, access and undo. A failed import ends the export
+ * (CLOSED), so the exporter does not keep the block pinned for an importer
+ * that has nothing. Imports are kept in a list under one mutex; they are few
+ * and not on any hot path. They are not memory of a device's pool (nothing
+ * is cached or split), so they use a vmm segment directly, not a pool.
+ *
+ * Sending: the struct goes as bytes, its n_pages + 1 fds (state first) as
+ * SCM_RIGHTS ancillary data, in chunks of FDS_PER_MSG: the first with the
+ * struct, each further one with one byte. The receiver reads exactly the
+ * struct's bytes and then one byte per chunk, so it never reads into the
+ * next chunk's data on a stream socket, and it replaces the fd fields.
+ */
+#include "api/ipc.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "api/errors.h"
+#include "api/internal.h"
+#include "api/xsalloc.h"
+#include "pool/ipc_state.h"
+#include "vmm/segment.h"
+
+#define FDS_PER_MSG 250 /* below the kernel's SCM_MAX_FD (253) */
+#define ALL_FDS (XSA_IPC_MAX_PAGES + 1)
+
+typedef struct import {
+    uintptr_t ptr;          /* what xsa_ipc_import returned */
+    xsa_segment seg;
+    xsa_ipc_state *state;
+    struct import *next;
+} import;
+
+static pthread_mutex_t imports_lock = PTHREAD_MUTEX_INITIALIZER;
+static import *imports;
+
+/* ---- handle checks ---- */
+
+/* Why the handle's fields are unusable, or NULL. */
+static const char *malformed(const xsa_ipc_handle *h) {
+    if (h->magic != XSA_IPC_MAGIC || h->version != XSA_IPC_VERSION)
+        return "not an xsalloc IPC handle (magic or version differ)";
+    if (h->n_pages < 1 || h->n_pages > XSA_IPC_MAX_PAGES) return "its page count is out of range";
+    if (h->page_size == 0 || (h->page_size & (h->page_size - 1))) return "its page size is not a power of two";
+    if (h->offset >= h->page_size || h->size == 0 || h->size > (uint64_t)h->n_pages * h->page_size - h->offset)
+        return "its offset and size do not fit its pages";
+    return NULL;
+}
+
+static const char *missing_fd(const xsa_ipc_handle *h) {
+    if (h->state_fd < 0) return "its state fd is closed (-1)";
+    for (int i = 0; i < h->n_pages; i++)
+        if (h->fds[i] < 0) return "a page fd is closed (-1)";
+    return NULL;
+}
+
+/* Opens and claims the handle's shared state (EXPORTED -> IMPORTED). */
+static xsa_status claim(const xsa_ipc_handle *h, xsa_ipc_state **out) {
+    xsa_ipc_state *s = xsa_ipc_state_open(h->state_fd);
+    if (!s)
+        return xsa_fail(XSA_ERROR_INVALID_VALUE,
+                        "xsa_ipc_import: the handle's state fd %d is not an export's state (%s); was the handle "
+                        "received with xsa_ipc_recv, and its fds not closed?",
+                        h->state_fd, strerror(errno));
+    if (s->export_id != h->export_id) {
+        xsa_ipc_state_unmap(s);
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_import: the handle's state fd belongs to another export");
+    }
+    uint32_t found = xsa_ipc_state_move(s, XSA_IPC_EXPORTED, XSA_IPC_IMPORTED);
+    if (found != XSA_IPC_EXPORTED) {
+        xsa_ipc_state_unmap(s);
+        return xsa_fail(XSA_ERROR_INVALID_VALUE,
+                        "xsa_ipc_import: stale handle: export %#llx is already %s (a handle imports once; the "
+                        "exporter revokes it on xsa_ipc_revoke or xsa_shutdown)",
+                        (unsigned long long)h->export_id, xsa_ipc_state_name(found));
+    }
+    *out = s;
+    return XSA_SUCCESS;
+}
+
+/* ---- import / close ---- */
+
+static xsa_status driver_fail(xsa_driver *d, const char *call, xsa_cu_result r) {
+    return xsa_fail(r == XSA_CU_ERROR_OUT_OF_MEMORY ? XSA_ERROR_OUT_OF_MEMORY : XSA_ERROR_DRIVER,
+                    "xsa_ipc_import: %s failed: %s (CUresult %d)", call, d->error_string(r), r);
+}
+
+/* Imports the handle's pages into seg (initialised, nothing mapped). */
+static xsa_status map_pages(xsa_driver *d, xsa_segment *seg, const xsa_ipc_handle *h, int device) {
+    size_t n = (size_t)h->n_pages;
+    xsa_mem_handle handles[XSA_IPC_MAX_PAGES] = {0};
+    size_t got = 0;
+    xsa_cu_result r = XSA_CU_SUCCESS;
+    while (got < n && (r = XSA_DRV(d, mem_import_fd, &handles[got], h->fds[got], device)) == XSA_CU_SUCCESS) got++;
+    const char *call = "cuMemImportFromShareableHandle";
+    if (r == XSA_CU_SUCCESS) {
+        call = "mapping the pages (cuMemMap/cuMemSetAccess)";
+        r = xsa_segment_map(seg, 0, n, handles);
+    }
+    if (r == XSA_CU_SUCCESS) return XSA_SUCCESS; /* the segment owns the handles */
+    for (size_t i = 0; i < got; i++) XSA_DRV(d, mem_release, handles[i]);
+    return driver_fail(d, call, r);
+}
+
+/* Reserves a range for the handle's pages and maps them for `device`. */
+static xsa_status map_import(const xsa_ipc_handle *h, int device, xsa_segment *seg) {
+    xsa_driver *d = xsa_active_driver();
+    size_t bytes = (size_t)h->n_pages * h->page_size;
+    xsa_cu_result r = xsa_segment_init(seg, d, device, bytes);
+    if (r != XSA_CU_SUCCESS) return driver_fail(d, "cuMemAddressReserve", r);
+    if (seg->page_size != h->page_size || seg->max_pages != (size_t)h->n_pages) {
+        size_t mine = seg->page_size;
+        xsa_segment_destroy(seg);
+        return xsa_fail(XSA_ERROR_INVALID_VALUE,
+                        "xsa_ipc_import: the handle's pages are %llu bytes but device %d maps pages of %zu bytes",
+                        (unsigned long long)h->page_size, device, mine);
+    }
+    xsa_status st = map_pages(d, seg, h, device);
+    if (st != XSA_SUCCESS) xsa_segment_destroy(seg);
+    return st;
+}
+
+xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr) {
+    if (!handle || !ptr) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_import: handle or ptr is NULL");
+    *ptr = NULL;
+    const char *why = malformed(handle);
+    if (!why) why = missing_fd(handle);
+    if (why) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_import: bad handle: %s", why);
+    int count = 0;
+    xsa_status st = xsa_device_count(&count);
+    if (st != XSA_SUCCESS) return st;
+    if (device < 0 || device >= count)
+        return xsa_fail(XSA_ERROR_INVALID_DEVICE, "xsa_ipc_import: device %d does not exist (%d devices)", device, count);
+    import *im = calloc(1, sizeof *im);
+    if (!im) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_ipc_import: out of host memory");
+    if ((st = claim(handle, &im->state)) == XSA_SUCCESS && (st = map_import(handle, device, &im->seg)) != XSA_SUCCESS) {
+        /* The importer has nothing: the export is over for the exporter. */
+        xsa_ipc_state_move(im->state, XSA_IPC_IMPORTED, XSA_IPC_CLOSED);
+        xsa_ipc_state_unmap(im->state);
+    }
+    if (st != XSA_SUCCESS) {
+        free(im);
+        return st;
+    }
+    im->ptr = (uintptr_t)im->seg.base + handle->offset;
+    pthread_mutex_lock(&imports_lock);
+    im->next = imports;
+    imports = im;
+    pthread_mutex_unlock(&imports_lock);
+    *ptr = (void *)im->ptr;
+    return xsa_ok();
+}
+
+static void close_import(import *im) {
+    xsa_segment_destroy(&im->seg);
+    /* After the unmap: the exporter may reuse the pages once it reads this. */
+    xsa_ipc_state_move(im->state, XSA_IPC_IMPORTED, XSA_IPC_CLOSED);
+    xsa_ipc_state_unmap(im->state);
+    free(im);
+}
+
+xsa_status xsa_ipc_close(void *ptr) {
+    pthread_mutex_lock(&imports_lock);
+    import **link = &imports;
+    while (*link && (*link)->ptr != (uintptr_t)ptr) link = &(*link)->next;
+    import *im = *link;
+    if (im) *link = im->next;
+    pthread_mutex_unlock(&imports_lock);
+    if (!im)
+        return xsa_fail(XSA_ERROR_INVALID_POINTER, "xsa_ipc_close(%p): not a pointer returned by xsa_ipc_import (or already closed)", ptr);
+    close_import(im);
+    return xsa_ok();
+}
+
+void xsa_ipc_close_all(void) {
+    pthread_mutex_lock(&imports_lock);
+    import *all = imports;
+    imports = NULL;
+    pthread_mutex_unlock(&imports_lock);
+    while (all) {
+        import *next = all->next;
+        close_import(all);
+        all = next;
+    }
+}
+
+void xsa_ipc_handle_close(xsa_ipc_handle *h) {
+    if (!h) return;
+    if (h->state_fd >= 0) close(h->state_fd);
+    h->state_fd = -1;
+    for (int i = 0; i < XSA_IPC_MAX_PAGES; i++) {
+        if (h->fds[i] >= 0) close(h->fds[i]);
+        h->fds[i] = -1;
+    }
+}
+
+/* ---- sockets ---- */
+
+static xsa_status socket_fail(const char *fn, const char *what) {
+    return xsa_fail(XSA_ERROR_INVALID_VALUE, "%s: %s: %s", fn, what, strerror(errno));
+}
+
+/* One sendmsg of up to len bytes with nfds fds; returns bytes sent or -1. */
+static ssize_t send_with_fds(int sock, const void *buf, size_t len, const int *fds, int nfds) {
+    char control[CMSG_SPACE(FDS_PER_MSG * sizeof(int))];
+    struct iovec iov = {(void *)buf, len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds > 0) {
+        memset(control, 0, sizeof control);
+        msg.msg_control = control;
+        msg.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+    }
+    ssize_t n;
+    do n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n;
+}
+
+xsa_status xsa_ipc_send(int sock, const xsa_ipc_handle *h) {
+    if (!h || malformed(h) || missing_fd(h))
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_send: bad handle: %s",
+                        !h ? "NULL" : malformed(h) ? malformed(h) : missing_fd(h));
+    int all[ALL_FDS];
+    int total = h->n_pages + 1;
+    all[0] = h->state_fd;
+    memcpy(all + 1, h->fds, (size_t)h->n_pages * sizeof(int));
+    const char *bytes = (const char *)h;
+    size_t sent = 0;
+    int fds_sent = total < FDS_PER_MSG ? total : FDS_PER_MSG;
+    /* The fds go with the first bytes; a short send continues without. */
+    for (int nfds = fds_sent; sent < sizeof *h; nfds = 0) {
+        ssize_t n = send_with_fds(sock, bytes + sent, sizeof *h - sent, all, nfds);
+        if (n <= 0) return socket_fail("xsa_ipc_send", "sendmsg");
+        sent += (size_t)n;
+    }
+    for (; fds_sent < total; fds_sent += FDS_PER_MSG) {
+        int nfds = total - fds_sent < FDS_PER_MSG ? total - fds_sent : FDS_PER_MSG;
+        if (send_with_fds(sock, "F", 1, all + fds_sent, nfds) != 1) return socket_fail("xsa_ipc_send", "sendmsg");
+    }
+    return xsa_ok();
+}
+
+/* One recvmsg of up to len bytes; appends the fds it carries to fds[*nfds]
+ * (closing those beyond ALL_FDS). Returns bytes read, 0 at end, -1 on error
+ * (errno EMSGSIZE if fds were cut off). */
+static ssize_t recv_with_fds(int sock, void *buf, size_t len, int *fds, int *nfds) {
+    char control[CMSG_SPACE(FDS_PER_MSG * sizeof(int))];
+    struct iovec iov = {buf, len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+    ssize_t n;
+    do n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int got[FDS_PER_MSG];
+        memcpy(got, CMSG_DATA(c), k * sizeof(int));
+        for (size_t i = 0; i < k; i++) {
+            if (*nfds < ALL_FDS) fds[(*nfds)++] = got[i];
+            else close(got[i]);
+        }
+    }
+    if (msg.msg_flags & MSG_CTRUNC) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    return n;
+}
+
+/* Reads the struct and its fds into h and fds[]; XSA_SUCCESS or an error
+ * (the fds received so far are in fds[0..*nfds) either way). */
+static xsa_status recv_all(int sock, xsa_ipc_handle *h, int *fds, int *nfds) {
+    char *bytes = (char *)h;
+    for (size_t got = 0; got < sizeof *h;) {
+        ssize_t n = recv_with_fds(sock, bytes + got, sizeof *h - got, fds, nfds);
+        if (n <= 0) return n == 0 ? xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: the socket closed mid-handle")
+                                  : socket_fail("xsa_ipc_recv", "recvmsg");
+        got += (size_t)n;
+    }
+    const char *why = malformed(h);
+    if (why) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: bad handle: %s", why);
+    while (*nfds < h->n_pages + 1) {
+        char byte;
+        ssize_t n = recv_with_fds(sock, &byte, 1, fds, nfds);
+        if (n <= 0) return n == 0 ? xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: the socket closed before all fds came")
+                                  : socket_fail("xsa_ipc_recv", "recvmsg");
+    }
+    if (*nfds != h->n_pages + 1)
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: %d fds came for a handle of %d pages", *nfds, h->n_pages);
+    return XSA_SUCCESS;
+}
+
+xsa_status xsa_ipc_recv(int sock, xsa_ipc_handle *h) {
+    if (!h) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: handle is NULL");
+    int fds[ALL_FDS], nfds = 0;
+    xsa_status st = recv_all(sock, h, fds, &nfds);
+    if (st != XSA_SUCCESS) {
+        while (nfds > 0) close(fds[--nfds]);
+        /* The fd fields hold the sender's numbers: never close those. */
+        h->state_fd = -1;
+        for (int i = 0; i < XSA_IPC_MAX_PAGES; i++) h->fds[i] = -1;
+        return st;
+    }
+    h->state_fd = fds[0];
+    for (int i = 0; i < XSA_IPC_MAX_PAGES; i++) h->fds[i] = i < h->n_pages ? fds[i + 1] : -1;
+    return xsa_ok();
+}

@@ -1,0 +1,174 @@
+/*
+ * pool/ipc: the exporting side of IPC (protocol and lifetime rules in
+ * api/xsalloc.h).
+ *
+ * Design: an export fills the public handle with one fd per page under the
+ * block (cuMemExportToShareableHandle) and a fresh shared state word
+ * (ipc_state.h), and records {block, state} on the pool's export list; the
+ * block's ipc_exports counts its records. A block with ipc_exports > 0 is in
+ * use: once freed it waits, like a block waiting for record_stream events,
+ * outside the free set. Recycling and releasing only take whole pages of
+ * free-set blocks, and a page under a waiting block is never whole inside
+ * one, so the pinned pages stay mapped and unmoved with no check of their
+ * own. Polling (on malloc, free of an exported block, export, empty_cache)
+ * drops the records whose state reads closed or revoked; a freed block
+ * whose last record goes returns to the cache.
+ */
+#include "pool/pool_internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+bool xsa_ipc_probe(xsa_pool *p) {
+    int fd_handles = 0;
+    xsa_cu_result r = XSA_DRV(p->drv, device_get_attribute, &fd_handles, XSA_ATTR_POSIX_FD_SUPPORTED, p->device);
+    if (r != XSA_CU_SUCCESS || !fd_handles) return false;
+    xsa_mem_handle h = 0;
+    r = XSA_DRV(p->drv, mem_create, &h, p->page_size, p->device, 1);
+    if (r == XSA_CU_SUCCESS) XSA_DRV(p->drv, mem_release, h);
+    /* Only a refusal means "unsupported"; out of memory says nothing. */
+    return r != XSA_CU_ERROR_NOT_SUPPORTED && r != XSA_CU_ERROR_INVALID_VALUE;
+}
+
+/* Forgets export e (already unlinked); a freed block it was the last to pin
+ * returns to the cache. */
+static void drop(xsa_pool *p, xsa_export *e) {
+    xsa_block *b = e->block;
+    xsa_ipc_state_unmap(e->state);
+    free(e);
+    if (--b->ipc_exports == 0 && !xsa_block_in_use(b)) xsa_pool_free_block(p, b);
+}
+
+void xsa_ipc_poll(xsa_pool *p) {
+    for (xsa_export **link = &p->exports; *link;) {
+        xsa_export *e = *link;
+        uint32_t st = atomic_load(&e->state->state);
+        if (st != XSA_IPC_CLOSED && st != XSA_IPC_REVOKED) {
+            link = &e->next;
+            continue;
+        }
+        *link = e->next;
+        drop(p, e);
+    }
+}
+
+void xsa_ipc_destroy(xsa_pool *p) {
+    while (p->exports) {
+        xsa_export *e = p->exports;
+        p->exports = e->next;
+        /* Not yet imported: the handle becomes stale. */
+        xsa_ipc_state_move(e->state, XSA_IPC_EXPORTED, XSA_IPC_REVOKED);
+        xsa_ipc_state_unmap(e->state);
+        free(e);
+    }
+}
+
+static uint64_t new_export_id(void) {
+    static _Atomic uint32_t counter;
+    return (uint64_t)(uint32_t)getpid() << 32 | (atomic_fetch_add(&counter, 1) + 1);
+}
+
+/* Why block b cannot be exported, or NULL. */
+static const char *refusal(const xsa_pool *p, const xsa_block *b) {
+    if (!b->seg->expandable)
+        return "it is in a classic cuMemAlloc segment; IPC export needs expandable segments";
+    if (!p->opt.ipc_handles) return "IPC is off; set ipc_handles:True in XSALLOC_CONF";
+    if (!p->ipc)
+        return "IPC is off: the driver refused exportable (POSIX file descriptor) memory handles, so ipc_handles "
+               "fell back to ordinary pages";
+    return NULL;
+}
+
+/* Exports pages [first, first+n) of s into fds[]; on failure closes those
+ * made and returns the driver's result. */
+static xsa_cu_result export_pages(xsa_pool *p, const xsa_seg *s, size_t first, size_t n, int32_t *fds) {
+    for (size_t i = 0; i < n; i++) {
+        int fd = -1;
+        xsa_cu_result r = XSA_DRV(p->drv, mem_export_fd, &fd, s->vm.handles[first + i]);
+        if (r != XSA_CU_SUCCESS) {
+            while (i > 0) close(fds[--i]);
+            return r;
+        }
+        fds[i] = fd;
+    }
+    return XSA_CU_SUCCESS;
+}
+
+xsa_pool_status xsa_pool_ipc_export(xsa_pool *p, void *ptr, xsa_ipc_handle *out, char *err, size_t errlen) {
+    if (p->exports) xsa_ipc_poll(p);
+    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
+    if (!b) {
+        snprintf(err, errlen, "xsa_ipc_export(%p): not a live allocation on device %d", ptr, p->device);
+        return XSA_POOL_BAD_POINTER;
+    }
+    const char *why = refusal(p, b);
+    if (why) {
+        snprintf(err, errlen, "xsa_ipc_export(%p) on device %d: %s", ptr, p->device, why);
+        return XSA_POOL_UNSUPPORTED;
+    }
+    const xsa_seg *s = b->seg;
+    size_t page = p->page_size;
+    size_t first = (b->ptr - s->base) / page, end = (b->ptr + b->size - s->base + page - 1) / page;
+    if (end - first > XSA_IPC_MAX_PAGES) {
+        snprintf(err, errlen, "xsa_ipc_export(%p): the block of %zu bytes spans %zu pages; a handle carries at most %d",
+                 ptr, b->size, end - first, XSA_IPC_MAX_PAGES);
+        return XSA_POOL_INVALID;
+    }
+    xsa_export *e = malloc(sizeof *e);
+    uint64_t id = new_export_id();
+    int state_fd = -1;
+    xsa_ipc_state *state = e ? xsa_ipc_state_create(id, &state_fd) : NULL;
+    if (!state) {
+        snprintf(err, errlen, "xsa_ipc_export(%p): cannot create the shared state (memfd): %s", ptr,
+                 e ? strerror(errno) : "out of host memory");
+        free(e);
+        return XSA_POOL_HOST_OOM;
+    }
+    memset(out, 0, sizeof *out);
+    xsa_cu_result r = export_pages(p, s, first, end - first, out->fds);
+    if (r != XSA_CU_SUCCESS) {
+        close(state_fd);
+        xsa_ipc_state_unmap(state);
+        free(e);
+        xsa_pool_driver_error(p, "cuMemExportToShareableHandle", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    for (size_t i = end - first; i < XSA_IPC_MAX_PAGES; i++) out->fds[i] = -1;
+    out->magic = XSA_IPC_MAGIC;
+    out->version = XSA_IPC_VERSION;
+    out->export_id = id;
+    out->device = p->device;
+    out->n_pages = (int32_t)(end - first);
+    out->page_size = page;
+    out->offset = b->ptr - (s->base + first * page);
+    out->size = b->size;
+    out->state_fd = state_fd;
+    *e = (xsa_export){.block = b, .state = state, .id = id, .next = p->exports};
+    p->exports = e;
+    b->ipc_exports++;
+    return XSA_POOL_OK;
+}
+
+xsa_pool_status xsa_pool_ipc_revoke(xsa_pool *p, uint64_t export_id, char *err, size_t errlen) {
+    xsa_export **link = &p->exports;
+    while (*link && (*link)->id != export_id) link = &(*link)->next;
+    xsa_export *e = *link;
+    uint32_t found = e ? xsa_ipc_state_move(e->state, XSA_IPC_EXPORTED, XSA_IPC_REVOKED) : 0;
+    if (found == XSA_IPC_IMPORTED) {
+        snprintf(err, errlen, "xsa_ipc_revoke: export %#llx of device %d is imported; it ends when the importer calls xsa_ipc_close",
+                 (unsigned long long)export_id, p->device);
+        return XSA_POOL_INVALID;
+    }
+    if (!e || (found != XSA_IPC_EXPORTED && found != XSA_IPC_CLOSED)) {
+        snprintf(err, errlen, "xsa_ipc_revoke: export %#llx is not pending on device %d (closed, revoked, or not exported by this process)",
+                 (unsigned long long)export_id, p->device);
+        return XSA_POOL_INVALID;
+    }
+    *link = e->next;
+    drop(p, e);
+    return XSA_POOL_OK;
+}
