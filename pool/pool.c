@@ -69,7 +69,7 @@ static void adjust_inactive_split(xsa_pool *p, xsa_block *b, int sign) {
 
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
     b->gc_base = p->free_lookups[b->seg->kind];
-    b->free_seq = ++p->free_seq;
+    b->free_seq = b->seg->last_free_seq = ++p->free_seq;
     xsa_free_set_insert(&p->free[b->seg->kind], b);
     adjust_inactive_split(p, b, +1);
 }

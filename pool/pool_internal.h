@@ -38,6 +38,7 @@ typedef struct xsa_seg {
     xsa_event fence;
     bool fence_pending;
     uint64_t fence_seq, safe_seq;
+    uint64_t last_free_seq;    /* free_seq of the newest block freed here */
     struct xsa_seg *prev_seg, *next_seg;
 } xsa_seg;
 

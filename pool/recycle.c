@@ -29,21 +29,25 @@ static void poll_fence(xsa_pool *p, xsa_seg *s) {
     }
 }
 
-/* Whether block b's pages (of s) may be unmapped now, without blocking. If not yet, a fence covering it is recorded on s's stream and
- * polled at once: an idle stream completes it immediately. */
-static bool fenced(xsa_pool *p, xsa_seg *s, const xsa_block *b) {
-    poll_fence(p, s);
-    if (b->free_seq < s->safe_seq) return true;
-    if (s->fence_pending) return false;
-    if (!s->fence && XSA_DRV(p->drv, event_create, &s->fence, p->device) != XSA_CU_SUCCESS) {
-        s->fence = NULL;
-        return false;
+/* Once per growth, for each expandable segment: polls its fence and, if
+ * blocks became free there since the last completed fence, records a new
+ * one on its stream, polled at once (an idle stream completes it then).
+ * Blocks freed before a completed fence may give their pages away. */
+static void refresh_fences(xsa_pool *p) {
+    for (xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if (!s->expandable) continue;
+        poll_fence(p, s);
+        bool freed_since = s->last_free_seq != 0 && s->last_free_seq >= s->safe_seq;
+        if (s->fence_pending || !freed_since) continue;
+        if (!s->fence && XSA_DRV(p->drv, event_create, &s->fence, p->device) != XSA_CU_SUCCESS) {
+            s->fence = NULL;
+            continue;
+        }
+        if (XSA_DRV(p->drv, event_record, s->fence, s->stream) != XSA_CU_SUCCESS) continue;
+        s->fence_seq = p->free_seq + 1;
+        s->fence_pending = true;
+        poll_fence(p, s);
     }
-    if (XSA_DRV(p->drv, event_record, s->fence, s->stream) != XSA_CU_SUCCESS) return false;
-    s->fence_seq = p->free_seq + 1;
-    s->fence_pending = true;
-    poll_fence(p, s);
-    return b->free_seq < s->safe_seq;
 }
 
 /* Takes up to `want` pages from the high end of free block b's whole pages. */
@@ -62,6 +66,7 @@ static size_t take_from(xsa_pool *p, xsa_block *b, size_t want, xsa_mem_handle *
 size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
                         xsa_mem_handle *handles) {
     size_t got = 0;
+    refresh_fences(p);
     for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
         xsa_free_set *set = &p->free[k];
         /* Ascending (stream, size): small free blocks first. Each step
@@ -74,7 +79,7 @@ size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *ke
             }
             next = xsa_free_set_next(set, b);
             if (b == keep1 || b == keep2 || !b->seg->expandable) continue;
-            if (!fenced(p, b->seg, b)) continue;
+            if (b->free_seq >= b->seg->safe_seq) continue; /* work may still use it */
             got += take_from(p, b, pages - got, handles + got);
         }
     }
