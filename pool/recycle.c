@@ -29,16 +29,15 @@ static void poll_fence(xsa_pool *p, xsa_seg *s) {
     }
 }
 
-/* Once per growth, for each expandable segment: polls its fence and, if
- * blocks became free there since the last completed fence, records a new
- * one on its stream, polled at once (an idle stream completes it then).
- * Blocks freed before a completed fence may give their pages away. */
-static void refresh_fences(xsa_pool *p) {
+/* Records a fence on each expandable segment where blocks became free
+ * since its last completed fence and none is pending, and polls it at once
+ * (an idle stream completes it then). Only when a growth would otherwise
+ * go without pages: on the GPU, polling right after recording costs a
+ * flush of queued work. */
+static void record_fences(xsa_pool *p) {
     for (xsa_seg *s = p->segments; s; s = s->next_seg) {
-        if (!s->expandable) continue;
-        poll_fence(p, s);
-        bool freed_since = s->last_free_seq != 0 && s->last_free_seq >= s->safe_seq;
-        if (s->fence_pending || !freed_since) continue;
+        if (!s->expandable || s->fence_pending) continue;
+        if (s->last_free_seq == 0 || s->last_free_seq < s->safe_seq) continue; /* nothing new */
         if (!s->fence && XSA_DRV(p->drv, event_create, &s->fence, p->device) != XSA_CU_SUCCESS) {
             s->fence = NULL;
             continue;
@@ -63,10 +62,12 @@ static size_t take_from(xsa_pool *p, xsa_block *b, size_t want, xsa_mem_handle *
     return n;
 }
 
-size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
-                        xsa_mem_handle *handles) {
+/* Takes pages from free blocks whose fence has completed; *waiting tells
+ * whether blocks were passed over because work may still use them. */
+static size_t take_settled(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
+                           xsa_mem_handle *handles, bool *waiting) {
     size_t got = 0;
-    refresh_fences(p);
+    *waiting = false;
     for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
         xsa_free_set *set = &p->free[k];
         /* Ascending (stream, size): small free blocks first. Each step
@@ -79,9 +80,25 @@ size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *ke
             }
             next = xsa_free_set_next(set, b);
             if (b == keep1 || b == keep2 || !b->seg->expandable) continue;
-            if (b->free_seq >= b->seg->safe_seq) continue; /* work may still use it */
+            if (b->free_seq >= b->seg->safe_seq) {
+                *waiting = true; /* work queued before its free may still use it */
+                continue;
+            }
             got += take_from(p, b, pages - got, handles + got);
         }
+    }
+    return got;
+}
+
+size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
+                        xsa_mem_handle *handles) {
+    for (xsa_seg *s = p->segments; s; s = s->next_seg)
+        if (s->expandable) poll_fence(p, s);
+    bool waiting = false;
+    size_t got = take_settled(p, keep1, keep2, pages, handles, &waiting);
+    if (got < pages && waiting) {
+        record_fences(p);
+        got += take_settled(p, keep1, keep2, pages - got, handles + got, &waiting);
     }
     return got;
 }
