@@ -96,7 +96,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     xsa_mem_handle *handles = p->opt.page_recycling ? calloc(pages, sizeof *handles) : NULL;
     if (handles) moved = xsa_recycle_take(p, before, u->next, pages, handles);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
-        xsa_recycle_give_back(p, handles, moved);
+        xsa_recycle_give_back(s, handles, moved);
         free(handles);
         return XSA_POOL_OOM;
     }
@@ -105,7 +105,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
     if (m) r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, handles);
     if (r != XSA_CU_SUCCESS) {
-        xsa_recycle_give_back(p, handles, moved);
+        xsa_recycle_give_back(s, handles, moved);
         free(handles);
         if (!m) {
             snprintf(err, errlen, "device %d: out of host memory", p->device);
@@ -205,12 +205,14 @@ xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, siz
     return xsa_expand_unmap_pages(p, b, first, end, NULL, err, errlen);
 }
 
-void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
-    size_t pages = s->vm.mapped_pages;
+bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
+    if (xsa_recycle_forget_segment(p, s) != XSA_CU_SUCCESS) return false;
     if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
-    xsa_recycle_forget_segment(p, s);
-    xsa_segment_destroy(&s->vm);
-    if (pages) account_mapped(p, s, 0, pages, -1);
+    if (xsa_segment_destroy(&s->vm) != XSA_CU_SUCCESS) {
+        /* The range stays: it is found again, as a segment of this device. */
+        if (p->listener.reserved) p->listener.reserved(p->listener.ctx, p->device, s->base, s->size);
+        return false;
+    }
     for (xsa_block *b = s->first; b;) {
         xsa_block *next = b->next;
         if (b->in_free_set) xsa_pool_erase_free(p, b);
@@ -219,4 +221,5 @@ void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
     }
     xsa_pool_unlink_segment(p, s);
     free(s);
+    return true;
 }

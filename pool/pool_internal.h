@@ -129,11 +129,14 @@ xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, 
  * the growth point) into handles[]; returns how many. */
 size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
                         xsa_mem_handle *handles);
-/* Releases handles taken but not used (a failed growth). */
-void xsa_recycle_give_back(xsa_pool *p, xsa_mem_handle *handles, size_t n);
-/* Destroys the segment's fence event, if any. */
-void xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s);
-void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
+/* Releases handles taken but not used (a failed growth of target). */
+void xsa_recycle_give_back(xsa_seg *target, xsa_mem_handle *handles, size_t n);
+/* Destroys the segment's fence event, if any (kept if the driver refuses). */
+xsa_cu_result xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s);
+/* Destroys an expandable segment with no mapped page. If the driver refuses
+ * to free its fence or reservation, the segment stays (empty) and false is
+ * returned: the next release tries again. */
+bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
 
 /* ipc.c: whether exportable pages work on the device (attribute and a
  * trial cuMemCreate); drops the exports seen closed or revoked, returning
