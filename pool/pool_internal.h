@@ -152,7 +152,8 @@ xsa_pool_status xsa_peer_enable_all(xsa_pool *p, char *err, size_t errlen);
 xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen);
 bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size);
 void xsa_garbage_collect(xsa_pool *p);
-void xsa_release_classic_block(xsa_pool *p, xsa_block *b);
+/* Frees free unsplit classic block b's segment; on a driver error nothing changes. */
+xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b);
 
 /* New segments: records (NULL if out of host memory, err set), their
  * release when the driver call failed (the status to return), and the

@@ -548,6 +548,24 @@ static void test_refused_fence_destroy_keeps_segment(void **state) {
     teardown(p);
 }
 
+static void test_refused_mem_free_keeps_segment_cached(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, false, NULL);
+    release(p, alloc(p, 4096, S0));
+    xsa_device_stats before = stats(p);
+    xsa_sim_fail_call(XSA_DRV_mem_free, 1, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    assert_non_null(strstr(err, "cuMemFree"));
+    CHECK(p);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, before.reserved_bytes[XSA_STAT_ALL].current);
+    assert_int_equal(usage().mem_allocs, 1);
+    void *a = alloc(p, 4096, S0); /* the cached segment is still usable */
+    release(p, a);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(usage().mem_allocs, 0);
+    teardown(p);
+}
+
 static void gc_half(xsa_pool_options *o) { o->garbage_collection_threshold = 0.5; }
 
 static void test_garbage_collection_frees_old_blocks(void **state) {
@@ -621,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_refused_release_is_retried),
         cmocka_unit_test(test_refused_address_free_keeps_segment),
         cmocka_unit_test(test_refused_fence_destroy_keeps_segment),
+        cmocka_unit_test(test_refused_mem_free_keeps_segment_cached),
         cmocka_unit_test(test_garbage_collection_frees_old_blocks),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_stats_reset),
