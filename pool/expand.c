@@ -74,13 +74,8 @@ static void account_mapped(xsa_pool *p, xsa_seg *s, size_t moved, size_t created
     }
 }
 
-xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
-                                 xsa_block **out, char *err, size_t errlen) {
-    xsa_seg *s = find_segment(p, kind, stream);
-    if (!s) {
-        xsa_pool_status st = create_segment(p, kind, stream, &s, err, errlen);
-        if (st != XSA_POOL_OK) return st;
-    }
+/* Maps pages for a request of `size` bytes in segment s. */
+static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **out, char *err, size_t errlen) {
     xsa_block *u = find_unmapped(s, size);
     if (!u) return XSA_POOL_OOM; /* the reservation is as large as the device */
     xsa_block *before = is_free_mapped(u->prev) ? u->prev : NULL;
@@ -119,11 +114,25 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     free(handles);
     m->mapped = true;
     account_mapped(p, s, moved, pages - moved, +1);
-    XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, kind, m->ptr, bytes, bytes, stream);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, m->ptr, bytes, bytes, s->stream);
     if (before) xsa_pool_absorb(p, m, before);
     if (is_free_mapped(m->next)) xsa_pool_absorb(p, m, m->next);
     *out = m;
     return XSA_POOL_OK;
+}
+
+xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                 xsa_block **out, char *err, size_t errlen) {
+    xsa_seg *s = find_segment(p, kind, stream);
+    if (!s) {
+        xsa_pool_status st = create_segment(p, kind, stream, &s, err, errlen);
+        if (st != XSA_POOL_OK) return st;
+    }
+    xsa_pool_status st = grow(p, s, size, out, err, errlen);
+    /* A failed request leaves no empty reservation behind (one made for it
+     * for a new stream, or one whose pages recycling took). */
+    if (st != XSA_POOL_OK && s->vm.mapped_pages == 0) xsa_expand_destroy_segment(p, s);
+    return st;
 }
 
 /* Merges unmapped block u with unmapped neighbours. */

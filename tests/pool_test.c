@@ -566,6 +566,17 @@ static void test_refused_mem_free_keeps_segment_cached(void **state) {
     teardown(p);
 }
 
+static void test_failed_growth_leaves_no_reservation(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    xsa_sim_fail_call(XSA_DRV_mem_map, 1, XSA_CU_ERROR_UNKNOWN);
+    void *x = NULL;
+    assert_int_equal(xsa_pool_malloc(p, 4 * MiB, S1, &x, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    CHECK(p);
+    assert_int_equal(usage().reservations, 0);
+    teardown(p);
+}
+
 static void gc_half(xsa_pool_options *o) { o->garbage_collection_threshold = 0.5; }
 
 static void test_garbage_collection_frees_old_blocks(void **state) {
@@ -640,6 +651,7 @@ int main(void) {
         cmocka_unit_test(test_refused_address_free_keeps_segment),
         cmocka_unit_test(test_refused_fence_destroy_keeps_segment),
         cmocka_unit_test(test_refused_mem_free_keeps_segment_cached),
+        cmocka_unit_test(test_failed_growth_leaves_no_reservation),
         cmocka_unit_test(test_garbage_collection_frees_old_blocks),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_stats_reset),
