@@ -36,7 +36,9 @@
  * - every live allocation keeps its data: each allocation carries a tag
  *   at both ends, checked when it is freed and after the failed request;
  * - the invariant checker (pool + simulated driver) passes every
- *   `check_every` steps and at the end;
+ *   `check_every` steps from the failed step on, and at the end (until
+ *   the fault fires the run is the fault-free run, which both callers
+ *   check at every step; `fired` confirms the call was reached);
  * - afterwards the workload completes, xsa_empty_cache leaves nothing
  *   reserved, and after xsa_shutdown the simulated driver holds zero
  *   handles, mappings, reservations, cuMemAlloc allocations and events.

@@ -4,7 +4,8 @@
  * For every workload of fault_lib.h, a fault-free run counts the driver
  * calls per entry point; then every call N of every entry point F is made
  * to fail in a run of its own, with the invariant checker after every step
- * (K = 1 by default). Each run is a forked child, so a crash or a leak in
+ * from the failed one on (K = 1 by default; the fault-free run is checked
+ * at every step, and each run is that run until its fault). Each run is a forked child, so a crash or a leak in
  * one cannot hide or cause failures in the others, and J of them run at a
  * time (default: the CPUs). Prints the count of injections per workload and
  * entry point, how many failed requests and how many the allocator
@@ -98,6 +99,7 @@ static int sweep_case(const fi_case *c, size_t check_every, int jobs, totals *al
         sweep_entry(&w, (xsa_driver_entry)e, base.calls[e], check_every, jobs, &te);
         printf("  %-22s %6zu injections: %6zu failed the request, %6zu absorbed, %zu FAILED\n",
                xsa_driver_entry_name((xsa_driver_entry)e), te.injections, te.errored, te.absorbed, te.failed);
+        fflush(stdout);
         t.injections += te.injections, t.errored += te.errored, t.absorbed += te.absorbed, t.failed += te.failed;
     }
     printf("  total %zu injections (%zu failed the request, %zu absorbed), %zu FAILED, %.1f s\n", t.injections,
