@@ -89,7 +89,7 @@ static void test_bad_frees(void **state) {
     start();
     int on_stack;
     expect_rejected(xsa_free(&on_stack), XSA_ERROR_INVALID_POINTER, "not a live allocation");
-    expect_rejected(xsa_free((char *)live + 4096), XSA_ERROR_INVALID_POINTER, "not a live allocation");
+    expect_rejected(xsa_free((char *)live + 4096), XSA_ERROR_INVALID_POINTER, "not its start");
     void *p = NULL;
     assert_int_equal(xsa_malloc(&p, 1000, 0, NULL), XSA_SUCCESS);
     assert_int_equal(xsa_free(p), XSA_SUCCESS);
@@ -106,10 +106,10 @@ static void test_record_stream_on_bad_pointers(void **state) {
     assert_int_equal(xsa_free(p), XSA_SUCCESS);
     assert_int_equal(xsa_get_stats(0, &stats_before), XSA_SUCCESS);
     xsa_sim_get_usage(&usage_before);
-    expect_rejected(xsa_record_stream(p, (void *)0x1001), XSA_ERROR_INVALID_POINTER, "xsa_record_stream");
-    expect_rejected(xsa_record_stream(NULL, (void *)0x1001), XSA_ERROR_INVALID_POINTER, "xsa_record_stream");
+    expect_rejected(xsa_record_stream(p, (void *)0x1001), XSA_ERROR_INVALID_POINTER, "record_stream(");
+    expect_rejected(xsa_record_stream(NULL, (void *)0x1001), XSA_ERROR_INVALID_POINTER, "record_stream(");
     expect_rejected(xsa_record_stream((char *)live + 512, (void *)0x1001), XSA_ERROR_INVALID_POINTER,
-                    "xsa_record_stream");
+                    "record_stream(");
 }
 
 static void test_bad_sizes(void **state) {
