@@ -74,13 +74,8 @@ static void account_mapped(xsa_pool *p, xsa_seg *s, size_t moved, size_t created
     }
 }
 
-xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
-                                 xsa_block **out, char *err, size_t errlen) {
-    xsa_seg *s = find_segment(p, kind, stream);
-    if (!s) {
-        xsa_pool_status st = create_segment(p, kind, stream, &s, err, errlen);
-        if (st != XSA_POOL_OK) return st;
-    }
+/* Maps pages for a request of `size` bytes in segment s. */
+static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **out, char *err, size_t errlen) {
     xsa_block *u = find_unmapped(s, size);
     if (!u) return XSA_POOL_OOM; /* the reservation is as large as the device */
     xsa_block *before = is_free_mapped(u->prev) ? u->prev : NULL;
@@ -96,7 +91,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     xsa_mem_handle *handles = p->opt.page_recycling ? calloc(pages, sizeof *handles) : NULL;
     if (handles) moved = xsa_recycle_take(p, before, u->next, pages, handles);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
-        xsa_recycle_give_back(p, handles, moved);
+        xsa_recycle_give_back(s, handles, moved);
         free(handles);
         return XSA_POOL_OOM;
     }
@@ -105,7 +100,7 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
     if (m) r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, handles);
     if (r != XSA_CU_SUCCESS) {
-        xsa_recycle_give_back(p, handles, moved);
+        xsa_recycle_give_back(s, handles, moved);
         free(handles);
         if (!m) {
             snprintf(err, errlen, "device %d: out of host memory", p->device);
@@ -119,11 +114,25 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     free(handles);
     m->mapped = true;
     account_mapped(p, s, moved, pages - moved, +1);
-    XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, kind, m->ptr, bytes, bytes, stream);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, m->ptr, bytes, bytes, s->stream);
     if (before) xsa_pool_absorb(p, m, before);
     if (is_free_mapped(m->next)) xsa_pool_absorb(p, m, m->next);
     *out = m;
     return XSA_POOL_OK;
+}
+
+xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                 xsa_block **out, char *err, size_t errlen) {
+    xsa_seg *s = find_segment(p, kind, stream);
+    if (!s) {
+        xsa_pool_status st = create_segment(p, kind, stream, &s, err, errlen);
+        if (st != XSA_POOL_OK) return st;
+    }
+    xsa_pool_status st = grow(p, s, size, out, err, errlen);
+    /* A failed request leaves no empty reservation behind (one made for it
+     * for a new stream, or one whose pages recycling took). */
+    if (st != XSA_POOL_OK && s->vm.mapped_pages == 0) xsa_expand_destroy_segment(p, s);
+    return st;
 }
 
 /* Merges unmapped block u with unmapped neighbours. */
@@ -205,12 +214,14 @@ xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, siz
     return xsa_expand_unmap_pages(p, b, first, end, NULL, err, errlen);
 }
 
-void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
-    size_t pages = s->vm.mapped_pages;
+bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
+    if (xsa_recycle_forget_segment(p, s) != XSA_CU_SUCCESS) return false;
     if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
-    xsa_recycle_forget_segment(p, s);
-    xsa_segment_destroy(&s->vm);
-    if (pages) account_mapped(p, s, 0, pages, -1);
+    if (xsa_segment_destroy(&s->vm) != XSA_CU_SUCCESS) {
+        /* The range stays: it is found again, as a segment of this device. */
+        if (p->listener.reserved) p->listener.reserved(p->listener.ctx, p->device, s->base, s->size);
+        return false;
+    }
     for (xsa_block *b = s->first; b;) {
         xsa_block *next = b->next;
         if (b->in_free_set) xsa_pool_erase_free(p, b);
@@ -219,4 +230,5 @@ void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
     }
     xsa_pool_unlink_segment(p, s);
     free(s);
+    return true;
 }

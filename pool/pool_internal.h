@@ -129,11 +129,14 @@ xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, 
  * the growth point) into handles[]; returns how many. */
 size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
                         xsa_mem_handle *handles);
-/* Releases handles taken but not used (a failed growth). */
-void xsa_recycle_give_back(xsa_pool *p, xsa_mem_handle *handles, size_t n);
-/* Destroys the segment's fence event, if any. */
-void xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s);
-void xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
+/* Releases handles taken but not used (a failed growth of target). */
+void xsa_recycle_give_back(xsa_seg *target, xsa_mem_handle *handles, size_t n);
+/* Destroys the segment's fence event, if any (kept if the driver refuses). */
+xsa_cu_result xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s);
+/* Destroys an expandable segment with no mapped page. If the driver refuses
+ * to free its fence or reservation, the segment stays (empty) and false is
+ * returned: the next release tries again. */
+bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
 
 /* ipc.c: whether exportable pages work on the device (attribute and a
  * trial cuMemCreate); drops the exports seen closed or revoked, returning
@@ -149,7 +152,8 @@ xsa_pool_status xsa_peer_enable_all(xsa_pool *p, char *err, size_t errlen);
 xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen);
 bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size);
 void xsa_garbage_collect(xsa_pool *p);
-void xsa_release_classic_block(xsa_pool *p, xsa_block *b);
+/* Frees free unsplit classic block b's segment; on a driver error nothing changes. */
+xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b);
 
 /* New segments: records (NULL if out of host memory, err set), their
  * release when the driver call failed (the status to return), and the

@@ -103,12 +103,16 @@ size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *ke
     return got;
 }
 
-void xsa_recycle_give_back(xsa_pool *p, xsa_mem_handle *handles, size_t n) {
-    for (size_t i = 0; i < n; i++) XSA_DRV(p->drv, mem_release, handles[i]);
+void xsa_recycle_give_back(xsa_seg *target, xsa_mem_handle *handles, size_t n) {
+    for (size_t i = 0; i < n; i++) xsa_segment_release_handle(&target->vm, handles[i]);
 }
 
-void xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s) {
-    if (s->fence) XSA_DRV(p->drv, event_destroy, s->fence);
+xsa_cu_result xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s) {
+    if (s->fence) {
+        xsa_cu_result r = XSA_DRV(p->drv, event_destroy, s->fence);
+        if (r != XSA_CU_SUCCESS) return r; /* kept: destroyed with the segment later */
+    }
     s->fence = NULL;
     s->fence_pending = false;
+    return XSA_CU_SUCCESS;
 }

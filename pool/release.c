@@ -12,13 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
+xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     xsa_seg *s = b->seg;
+    /* A refused free has no effect: the segment stays cached, to be
+     * released again later, rather than leak. */
+    xsa_cu_result r = XSA_DRV(p->drv, mem_free, s->base);
+    if (r != XSA_CU_SUCCESS) return r;
     xsa_pool_erase_free(p, b);
-    /* The block is unused: if the driver refuses the free there is nothing
-     * to give back to the caller, so the memory is forgotten rather than
-     * handed out again. */
-    XSA_DRV(p->drv, mem_free, s->base);
     p->reserved -= s->size;
     xsa_stats_update(p->stats.segment, s->kind, -1);
     xsa_stats_update(p->stats.reserved_bytes, s->kind, -(int64_t)s->size);
@@ -28,13 +28,16 @@ void xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     xsa_pool_unlink_segment(p, s);
     xsa_block_delete(&p->blocks, b);
     free(s);
+    return XSA_CU_SUCCESS;
 }
 
 /* Releases what can be released of free block b (which is in the free set). */
 static xsa_pool_status release_free_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
     if (b->seg->expandable) return xsa_expand_unmap_block(p, b, err, errlen);
-    if (!xsa_block_is_split(b)) xsa_release_classic_block(p, b);
-    return XSA_POOL_OK;
+    xsa_cu_result r = xsa_block_is_split(b) ? XSA_CU_SUCCESS : xsa_release_classic_block(p, b);
+    if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
+    xsa_pool_driver_error(p, "cuMemFree", r, err, errlen);
+    return XSA_POOL_DRIVER_ERROR;
 }
 
 /* Releases every free block of one pool kind. Blocks are collected first:
@@ -92,10 +95,7 @@ bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, s
     xsa_free_set *set = &p->free[kind];
     size_t want = size < max_split ? max_split : size;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, want);
-    if (b && b->stream == stream && !b->seg->expandable) {
-        xsa_release_classic_block(p, b);
-        return true;
-    }
+    if (b && b->stream == stream && !b->seg->expandable) return xsa_release_classic_block(p, b) == XSA_CU_SUCCESS;
     /* No single block is large enough: free oversize blocks of the stream,
      * largest first, until enough is released. */
     if (b) {
@@ -108,8 +108,9 @@ bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, s
     while (b && released < want && b->size >= max_split && b->stream == stream) {
         xsa_block *prev = xsa_free_set_prev(set, b);
         if (!b->seg->expandable) {
-            released += b->size;
-            xsa_release_classic_block(p, b);
+            size_t size = b->size;
+            if (xsa_release_classic_block(p, b) != XSA_CU_SUCCESS) return false;
+            released += size;
         }
         b = prev;
     }
@@ -139,11 +140,12 @@ void xsa_garbage_collect(xsa_pool *p) {
             next = xsa_free_set_next(set, b);
             double age = (double)(now - b->gc_base);
             if (xsa_block_is_split(b) || b->seg->expandable || age < age_threshold) continue;
+            size_t size = b->size;
+            if (xsa_release_classic_block(p, b) != XSA_CU_SUCCESS) return;
             freed = true;
-            reclaimed += b->size;
+            reclaimed += size;
             total_age -= age;
             freeable--;
-            xsa_release_classic_block(p, b);
         }
     }
 }

@@ -495,6 +495,88 @@ static void test_recycling_waits_for_other_streams(void **state) {
     teardown(p);
 }
 
+/* ---- driver refusals while giving memory back ---- */
+
+static xsa_sim_usage usage(void) {
+    xsa_sim_usage u;
+    xsa_sim_get_usage(&u);
+    return u;
+}
+
+static void test_refused_release_is_retried(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    release(p, alloc(p, 4 * MiB, S0));
+    xsa_sim_fail_call(XSA_DRV_mem_release, 1, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(usage().handles, 0); /* released again after the unmap */
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 0);
+    teardown(p);
+}
+
+static void test_refused_address_free_keeps_segment(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    release(p, alloc(p, 4 * MiB, S0));
+    xsa_sim_fail_call(XSA_DRV_mem_address_free, 1, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(usage().reservations, 1); /* kept, not forgotten */
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(usage().reservations, 0);
+    release(p, alloc(p, 4 * MiB, S0));
+    teardown(p);
+}
+
+static void test_refused_fence_destroy_keeps_segment(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    void *keep = alloc(p, 2 * MiB, S0);
+    release(p, alloc(p, 4 * MiB, S0));
+    void *x = alloc(p, 2 * MiB, S1); /* records a fence on S0 */
+    assert_int_equal(usage().events, 1);
+    release(p, keep);
+    release(p, x);
+    xsa_sim_fail_call(XSA_DRV_event_destroy, 1, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(usage().events, 1);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(usage().events, 0);
+    assert_int_equal(usage().reservations, 0);
+    teardown(p);
+}
+
+static void test_refused_mem_free_keeps_segment_cached(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, false, NULL);
+    release(p, alloc(p, 4096, S0));
+    xsa_device_stats before = stats(p);
+    xsa_sim_fail_call(XSA_DRV_mem_free, 1, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    assert_non_null(strstr(err, "cuMemFree"));
+    CHECK(p);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, before.reserved_bytes[XSA_STAT_ALL].current);
+    assert_int_equal(usage().mem_allocs, 1);
+    void *a = alloc(p, 4096, S0); /* the cached segment is still usable */
+    release(p, a);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(usage().mem_allocs, 0);
+    teardown(p);
+}
+
+static void test_failed_growth_leaves_no_reservation(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    xsa_sim_fail_call(XSA_DRV_mem_map, 1, XSA_CU_ERROR_UNKNOWN);
+    void *x = NULL;
+    assert_int_equal(xsa_pool_malloc(p, 4 * MiB, S1, &x, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    CHECK(p);
+    assert_int_equal(usage().reservations, 0);
+    teardown(p);
+}
+
 static void gc_half(xsa_pool_options *o) { o->garbage_collection_threshold = 0.5; }
 
 static void test_garbage_collection_frees_old_blocks(void **state) {
@@ -565,6 +647,11 @@ int main(void) {
         cmocka_unit_test(test_expandable_best_fit_prefers_non_tail),
         cmocka_unit_test(test_recycling_moves_free_pages_to_growth),
         cmocka_unit_test(test_recycling_waits_for_other_streams),
+        cmocka_unit_test(test_refused_release_is_retried),
+        cmocka_unit_test(test_refused_address_free_keeps_segment),
+        cmocka_unit_test(test_refused_fence_destroy_keeps_segment),
+        cmocka_unit_test(test_refused_mem_free_keeps_segment_cached),
+        cmocka_unit_test(test_failed_growth_leaves_no_reservation),
         cmocka_unit_test(test_garbage_collection_frees_old_blocks),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_stats_reset),

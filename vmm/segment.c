@@ -44,6 +44,28 @@ static xsa_cu_result unmap_run(xsa_segment *s, size_t first, size_t n) {
 /* Page i of a map call gets a new handle (else given[i] is the caller's). */
 static bool creates(const xsa_mem_handle *given, size_t i) { return !given || given[i] == XSA_NO_HANDLE; }
 
+void xsa_segment_release_handle(xsa_segment *s, xsa_mem_handle h) {
+    if (XSA_DRV(s->drv, mem_release, h) == XSA_CU_SUCCESS) return;
+    xsa_mem_handle *grown = realloc(s->unreleased, (s->n_unreleased + 1) * sizeof *grown);
+    if (!grown) return; /* out of host memory too: the handle leaks */
+    s->unreleased = grown;
+    s->unreleased[s->n_unreleased++] = h;
+}
+
+/* Tries the releases that failed before; the first error if some still do. */
+static xsa_cu_result release_unreleased(xsa_segment *s) {
+    xsa_cu_result first = XSA_CU_SUCCESS;
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n_unreleased; i++) {
+        xsa_cu_result r = XSA_DRV(s->drv, mem_release, s->unreleased[i]);
+        if (r == XSA_CU_SUCCESS) continue;
+        if (first == XSA_CU_SUCCESS) first = r;
+        s->unreleased[kept++] = s->unreleased[i];
+    }
+    s->n_unreleased = kept;
+    return first;
+}
+
 /* Undo of a map that failed with pages [first, first+mapped) mapped and
  * handles stored for pages [first, first+held). */
 static void undo_map(xsa_segment *s, size_t first, size_t mapped, size_t held, const xsa_mem_handle *given) {
@@ -51,7 +73,7 @@ static void undo_map(xsa_segment *s, size_t first, size_t mapped, size_t held, c
      * reservation goes, as the driver allows. */
     unmap_run(s, first, mapped);
     for (size_t i = 0; i < held; i++) {
-        if (creates(given, i)) XSA_DRV(s->drv, mem_release, s->handles[first + i]);
+        if (creates(given, i)) xsa_segment_release_handle(s, s->handles[first + i]);
         s->handles[first + i] = XSA_NO_HANDLE;
     }
 }
@@ -96,25 +118,28 @@ xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_
         if (taken)
             taken[i] = h;
         else
-            /* The page is already unmapped; a failed release can only leak
-             * the handle, which the driver reclaims at process exit. */
-            XSA_DRV(s->drv, mem_release, h);
+            xsa_segment_release_handle(s, h);
     }
     s->mapped_pages -= n;
+    release_unreleased(s);
     return XSA_CU_SUCCESS;
 }
 
-void xsa_segment_destroy(xsa_segment *s) {
-    if (!s->handles) return;
+xsa_cu_result xsa_segment_destroy(xsa_segment *s) {
+    if (!s->handles) return XSA_CU_SUCCESS;
     for (size_t p = 0; p < s->max_pages && s->mapped_pages;) {
         size_t end = p;
         while (end < s->max_pages && xsa_segment_page_mapped(s, end)) end++;
         if (end > p) xsa_segment_unmap(s, p, end - p, NULL);
         p = end + 1;
     }
-    XSA_DRV(s->drv, mem_address_free, s->base, s->max_pages * s->page_size);
+    xsa_cu_result r = release_unreleased(s);
+    if (r == XSA_CU_SUCCESS) r = XSA_DRV(s->drv, mem_address_free, s->base, s->max_pages * s->page_size);
+    if (r != XSA_CU_SUCCESS) return r;
     free(s->handles);
+    free(s->unreleased);
     memset(s, 0, sizeof *s);
+    return XSA_CU_SUCCESS;
 }
 
 xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer) {

@@ -9,7 +9,10 @@
  * newly mapped pages (one cuMemSetAccess per run is much cheaper than one
  * per page); a run of pages is unmapped with one cuMemUnmap. A map or unmap that fails part-way undoes what it did and
  * leaves the segment as it was. Handles can also be passed in and taken out
- * (page recycling moves a page's handle from one segment to another).
+ * (page recycling moves a page's handle from one segment to another). A
+ * handle the driver refuses to release stays with the segment and is
+ * released again by the next unmap or by destroy, so a failed cuMemRelease
+ * never leaks device memory.
  * Pages created while `exportable` is set can be exported as POSIX file
  * descriptors (IPC); access goes to the segment's device and to every peer
  * added with xsa_segment_add_access, on each newly mapped run.
@@ -37,14 +40,22 @@ typedef struct xsa_segment {
     int access[XSA_SEGMENT_MAX_ACCESS]; /* devices granted read/write; access[0] == device */
     int n_access;
     bool exportable;         /* new pages are created exportable (set after init) */
+    xsa_mem_handle *unreleased; /* unmapped handles whose cuMemRelease failed */
+    size_t n_unreleased;
 } xsa_segment;
 
 /* Reserves max(reserve_bytes, one page) rounded up to pages of the device's
  * granularity. */
 xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size_t reserve_bytes);
 
-/* Unmaps and releases every mapped page and frees the reservation. */
-void xsa_segment_destroy(xsa_segment *s);
+/* Unmaps and releases every mapped page and frees the reservation. If a
+ * handle cannot be released or the reservation freed, returns the driver's
+ * error and leaves the segment to be destroyed again. */
+xsa_cu_result xsa_segment_destroy(xsa_segment *s);
+
+/* Releases a handle the caller owns (not mapped); if the driver refuses,
+ * the segment keeps it for its next unmap or destroy. */
+void xsa_segment_release_handle(xsa_segment *s, xsa_mem_handle h);
 
 /* Maps pages [first, first+n), all currently unmapped. Page first+i gets a
  * new handle when given is NULL or given[i] is XSA_NO_HANDLE, else given[i]

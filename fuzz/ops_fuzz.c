@@ -1,0 +1,147 @@
+/*
+ * ops_fuzz: libFuzzer target turning a byte string into a sequence of
+ * public API calls on the simulated driver, with the invariant checker
+ * after every call.
+ *
+ * The first byte picks the configuration (expandable with or without page
+ * recycling, classic, classic with oversize blocks and garbage collection);
+ * then each operation is an opcode byte followed by argument bytes:
+ * malloc (size on a log scale, stream, slot), free, record_stream,
+ * empty_cache, completing simulated streams, a memory fraction, and arming
+ * a driver fault (entry point, which of its next calls; the first such
+ * operation of an input only). A call may fail
+ * (out of memory, or the armed fault) but must leave the invariants true,
+ * every live allocation's data intact, and, after the faults are cleared,
+ * everything freed, the cache emptied and xsa_shutdown, a simulated driver
+ * holding nothing. Any violation aborts, which libFuzzer reports.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/xsalloc.h"
+#include "vmm/sim.h"
+
+#define SLOTS 16
+#define STREAMS 3
+#define CAPACITY ((size_t)256 << 20) /* small: the checker walks every page */
+
+typedef struct {
+    const uint8_t *p, *end;
+} input;
+
+typedef struct {
+    void *ptr;
+    size_t size;
+    uint8_t fill;
+} slot;
+
+static slot slots[SLOTS];
+static bool fault_armed;
+
+static void check(int ok, const char *what) {
+    if (ok) return;
+    fprintf(stderr, "ops_fuzz: %s (%s)\n", what, xsa_last_error());
+    abort();
+}
+
+static uint8_t next(input *in) { return in->p < in->end ? *in->p++ : 0; }
+
+static void *stream_of(unsigned k) { return k % STREAMS == 0 ? NULL : (void *)(uintptr_t)(0x1000u + k % STREAMS); }
+
+/* The first and last byte carry the slot's fill byte. */
+static int data_intact(const slot *s) {
+    const uint8_t *b = s->ptr;
+    return b[0] == s->fill && b[s->size - 1] == s->fill;
+}
+
+static void do_free(slot *s) {
+    if (!s->ptr) return;
+    check(data_intact(s), "a live allocation's data changed");
+    if (xsa_free(s->ptr) == XSA_SUCCESS) s->ptr = NULL; /* an armed fault may refuse it */
+}
+
+static void do_malloc(input *in) {
+    uint8_t a = next(in), b = next(in), c = next(in);
+    size_t size = ((size_t)1 << (a % 29)) + (size_t)b * 37;
+    slot *s = &slots[c % SLOTS];
+    do_free(s);
+    if (s->ptr) return;
+    void *p = NULL;
+    xsa_status st = xsa_malloc(&p, size, 0, stream_of(c >> 4));
+    check(st == XSA_SUCCESS || st == XSA_ERROR_OUT_OF_MEMORY || st == XSA_ERROR_DRIVER, "unexpected malloc status");
+    if (!p) return;
+    *s = (slot){p, size, (uint8_t)(a ^ c)};
+    ((uint8_t *)p)[0] = s->fill;
+    ((uint8_t *)p)[size - 1] = s->fill;
+}
+
+static void run_op(input *in) {
+    uint8_t op = next(in);
+    switch (op % 8) {
+    case 0:
+    case 1: do_malloc(in); break;
+    case 2: do_free(&slots[next(in) % SLOTS]); break;
+    case 3: {
+        slot *s = &slots[next(in) % SLOTS];
+        if (s->ptr) check(xsa_record_stream(s->ptr, stream_of(next(in))) == XSA_SUCCESS, "record_stream failed");
+        break;
+    }
+    case 4: xsa_empty_cache(); break; /* may fail on an armed fault */
+    case 5: if (op & 8) xsa_sim_complete_all(); else xsa_sim_complete_stream(stream_of(op >> 4)); break;
+    case 6: check(xsa_set_memory_fraction((next(in) % 16 + 1) / 16.0, 0) == XSA_SUCCESS, "set_memory_fraction"); break;
+    case 7: {
+        uint8_t e = next(in), n = next(in);
+        xsa_driver_entry entry = (xsa_driver_entry)(e % XSA_DRV_COUNT);
+        /* One fault per input: the allocator undoes a failed step, it does
+         * not claim to survive the undo failing too. */
+        if (!fault_armed) xsa_sim_fail_call(entry, n % 4 + 1, e & 0x80 ? XSA_CU_ERROR_OUT_OF_MEMORY : XSA_CU_ERROR_UNKNOWN);
+        fault_armed = true;
+        break;
+    }
+    }
+    /* The checker creates the device's pool if no call has yet: an armed
+     * fault may fail that (XSA_ERROR_DRIVER), never an invariant. */
+    xsa_status st = xsa_check_invariants(0);
+    check(st == XSA_SUCCESS || st == XSA_ERROR_DRIVER, "invariants");
+}
+
+static void finish(void) {
+    xsa_sim_clear_faults();
+    for (int i = 0; i < SLOTS; i++) {
+        do_free(&slots[i]);
+        check(slots[i].ptr == NULL, "a free failed with no fault armed");
+    }
+    check(xsa_empty_cache() == XSA_SUCCESS, "final empty_cache");
+    xsa_device_stats s;
+    check(xsa_get_stats(0, &s) == XSA_SUCCESS, "get_stats");
+    check(s.allocation[XSA_STAT_ALL].current == 0 && s.reserved_bytes[XSA_STAT_ALL].current == 0,
+          "memory left after freeing everything");
+    check(xsa_check_invariants(0) == XSA_SUCCESS, "final invariants");
+    xsa_shutdown();
+    xsa_sim_usage u;
+    xsa_sim_get_usage(&u);
+    check(u.handles + u.mapped_bytes + u.reservations + u.mem_allocs + u.events == 0, "driver resources leaked");
+}
+
+static const char *const confs[] = {
+    "", "page_recycling:False", "expandable_segments:False",
+    "expandable_segments:False,max_split_size_mb:20,garbage_collection_threshold:0.5",
+};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    input in = {data, data + size};
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    c.capacity = CAPACITY;
+    check(xsa_sim_configure(&c) == XSA_CU_SUCCESS, "the simulated driver still holds resources");
+    check(xsa_use_driver("sim") == XSA_SUCCESS, "use_driver");
+    check(xsa_init(confs[next(&in) % 4]) == XSA_SUCCESS, "init");
+    memset(slots, 0, sizeof slots);
+    fault_armed = false;
+    while (in.p < in.end) run_op(&in);
+    finish();
+    return 0;
+}

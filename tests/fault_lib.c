@@ -1,0 +1,301 @@
+/*
+ * tests/fault_lib: one workload run with one injected driver fault (what
+ * is checked is listed in fault_lib.h).
+ *
+ * Design: the workload is a flat list of steps (init, trace events, cache
+ * empties, final frees). Each step is one public call, bracketed by the
+ * driver's call counter of the injected entry point, so the step whose
+ * call failed is known exactly. Until the fault has fired, the stats and
+ * the simulated driver's usage are snapshotted before every step, so the
+ * failed step can be compared with the state before it.
+ */
+#include "tests/fault_lib.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/xsalloc.h"
+#include "vmm/sim.h"
+
+typedef enum { STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY } step_kind;
+
+typedef struct snapshot {
+    xsa_device_stats stats;
+    bool has_stats;
+    xsa_sim_usage usage;
+} snapshot;
+
+typedef struct runner {
+    const fi_workload *w;
+    xsa_driver_entry entry;
+    uint64_t nth;
+    size_t check_every;
+    fi_outcome *o;
+    void **ptrs;   /* by trace id */
+    size_t *sizes; /* scaled size of each live id */
+    bool initialised;
+    char *err;
+    size_t errlen;
+} runner;
+
+static int fail(runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(runner *r, const char *fmt, ...) {
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->nth)
+        snprintf(r->err, r->errlen, "%s, call %llu of %s fails: step %zu: %s", r->w->c.name,
+                 (unsigned long long)r->nth, xsa_driver_entry_name(r->entry), r->o->steps, msg);
+    else
+        snprintf(r->err, r->errlen, "%s, no fault: step %zu: %s", r->w->c.name, r->o->steps, msg);
+    return -1;
+}
+
+#define GiB ((size_t)1 << 30)
+#define TRACES "benchmarks/traces/"
+
+/* Capacities leave room for the fault-free run (classic segments fragment)
+ * but are small enough for the out-of-memory fallback to run now and then. */
+const fi_case fi_cases[] = {
+    {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB},
+    {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB},
+    {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB},
+    {"multistream classic", TRACES "synthetic_multistream.trace.gz", "expandable_segments:False", 5000, 1, 4 * GiB},
+};
+const size_t fi_n_cases = sizeof fi_cases / sizeof fi_cases[0];
+
+int fi_load(fi_workload *w, const fi_case *c, char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    w->c = *c;
+    if (xsa_trace_load(c->trace, &w->t, err, errlen)) return -1;
+    if (w->t.n_events > c->events) w->t.n_events = c->events;
+    return 0;
+}
+
+void fi_unload(fi_workload *w) { xsa_trace_free(&w->t); }
+
+xsa_cu_result fi_error_for(xsa_driver_entry entry) {
+    return entry == XSA_DRV_mem_create || entry == XSA_DRV_mem_alloc ? XSA_CU_ERROR_OUT_OF_MEMORY
+                                                                     : XSA_CU_ERROR_UNKNOWN;
+}
+
+/* ---- data tags: a live allocation's first and last bytes ---- */
+
+static uint64_t tag_of(uint32_t id, size_t size) { return (id + 1) * 0x9E3779B97F4A7C15ull ^ size; }
+
+/* The tag's bytes at the start, and at the end when they do not overlap. */
+static void write_tag(void *p, uint32_t id, size_t size) {
+    uint64_t tag = tag_of(id, size);
+    memcpy(p, &tag, size < 8 ? size : 8);
+    if (size >= 16) memcpy((char *)p + size - 8, &tag, 8);
+}
+
+static bool tag_intact(const void *p, uint32_t id, size_t size) {
+    uint64_t tag = tag_of(id, size);
+    return memcmp(p, &tag, size < 8 ? size : 8) == 0 && (size < 16 || memcmp((const char *)p + size - 8, &tag, 8) == 0);
+}
+
+static int check_all_tags(runner *r) {
+    for (uint32_t id = 0; id < r->w->t.n_ids; id++)
+        if (r->ptrs[id] && !tag_intact(r->ptrs[id], id, r->sizes[id]))
+            return fail(r, "the data of live allocation id %u (%zu bytes) changed", id, r->sizes[id]);
+    return 0;
+}
+
+/* ---- one step ---- */
+
+static void *stream_of(unsigned k) { return k == 0 ? NULL : (void *)(uintptr_t)(0x1000u + k); }
+
+static size_t scaled(const runner *r, uint64_t bytes) {
+    size_t s = (size_t)(bytes / r->w->c.divisor);
+    return s == 0 && bytes ? 1 : s;
+}
+
+static xsa_status do_malloc(runner *r, uint32_t id, size_t size, unsigned stream) {
+    xsa_status st = xsa_malloc(&r->ptrs[id], size, 0, stream_of(stream));
+    if (st == XSA_SUCCESS && r->ptrs[id]) {
+        r->sizes[id] = size;
+        write_tag(r->ptrs[id], id, size);
+    }
+    return st;
+}
+
+/* Frees id; its tag must be intact. A failed free leaves it live. */
+static xsa_status do_free(runner *r, uint32_t id, bool *tag_ok) {
+    void *p = r->ptrs[id];
+    *tag_ok = !p || tag_intact(p, id, r->sizes[id]);
+    xsa_status st = xsa_free(p);
+    if (st == XSA_SUCCESS) r->ptrs[id] = NULL;
+    return st;
+}
+
+static xsa_status do_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_t id, bool *tag_ok) {
+    *tag_ok = true;
+    switch (kind) {
+    case STEP_INIT: {
+        xsa_status st = xsa_init(r->w->c.conf);
+        if (st != XSA_SUCCESS) return st;
+        r->initialised = true;
+        xsa_device_stats s;
+        return xsa_get_stats(0, &s); /* creates the device's pool */
+    }
+    case STEP_EMPTY: return xsa_empty_cache();
+    case STEP_FREE: return do_free(r, id, tag_ok);
+    case STEP_EVENT: break;
+    }
+    if (e->kind == XSA_TRACE_ALLOC) return do_malloc(r, e->id, scaled(r, e->bytes), e->stream);
+    if (e->kind == XSA_TRACE_FREE) return do_free(r, e->id, tag_ok);
+    /* A failed or zero-byte allocation is NULL: nothing to record. */
+    return r->ptrs[e->id] ? xsa_record_stream(r->ptrs[e->id], stream_of(e->stream)) : XSA_SUCCESS;
+}
+
+static void take_snapshot(const runner *r, snapshot *s) {
+    xsa_sim_get_usage(&s->usage);
+    s->has_stats = r->initialised && xsa_get_stats(0, &s->stats) == XSA_SUCCESS;
+}
+
+static uint64_t calls_of(xsa_driver_entry e) {
+    uint64_t c[XSA_DRV_COUNT];
+    xsa_driver_read_calls(xsa_driver_sim(), c);
+    return c[e];
+}
+
+/* "Nothing else changed" across the failed step (see fault_lib.h). */
+static int compare(runner *r, const snapshot *a, const snapshot *b) {
+    if (a->has_stats && b->has_stats) {
+        for (int k = 0; k < XSA_STAT_TYPES; k++) {
+#define SAME(f)                                                                                     \
+    if (a->stats.f[k].current != b->stats.f[k].current)                                             \
+        return fail(r, #f "[%d] changed from %lld to %lld", k, (long long)a->stats.f[k].current,    \
+                    (long long)b->stats.f[k].current);
+#define NOT_UP(f)                                                                                   \
+    if (b->stats.f[k].current > a->stats.f[k].current)                                              \
+        return fail(r, #f "[%d] went up from %lld to %lld", k, (long long)a->stats.f[k].current,    \
+                    (long long)b->stats.f[k].current);
+            SAME(allocation) SAME(allocated_bytes) SAME(requested_bytes)
+            NOT_UP(active) NOT_UP(active_bytes) NOT_UP(reserved_bytes) NOT_UP(segment)
+#undef SAME
+#undef NOT_UP
+        }
+    }
+#define USAGE_NOT_UP(f)                                                                             \
+    if (b->usage.f > a->usage.f) return fail(r, "driver " #f " went up from %zu to %zu", a->usage.f, b->usage.f);
+    USAGE_NOT_UP(handles) USAGE_NOT_UP(handle_bytes) USAGE_NOT_UP(mapped_bytes) USAGE_NOT_UP(reservations)
+    USAGE_NOT_UP(reserved_bytes) USAGE_NOT_UP(mem_allocs) USAGE_NOT_UP(mem_alloc_bytes)
+#undef USAGE_NOT_UP
+    return 0;
+}
+
+static int check_invariants(runner *r) {
+    if (!r->initialised) return 0;
+    if (xsa_check_invariants(0) != XSA_SUCCESS) return fail(r, "invariants: %s", xsa_last_error());
+    return 0;
+}
+
+/* The failed request's status must name the injected error. */
+static int check_failed_status(runner *r, step_kind kind, xsa_status st) {
+    xsa_status want = fi_error_for(r->entry) == XSA_CU_ERROR_OUT_OF_MEMORY ? XSA_ERROR_OUT_OF_MEMORY
+                      : kind == STEP_INIT && !r->initialised           ? XSA_ERROR_NO_DRIVER
+                                                                       : XSA_ERROR_DRIVER;
+    if (st != want) return fail(r, "returned %s (%s), expected %s", xsa_status_name(st), xsa_last_error(), xsa_status_name(want));
+    if (!xsa_last_error()[0]) return fail(r, "%s without a message", xsa_status_name(st));
+    return 0;
+}
+
+static int run_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_t id) {
+    bool armed = r->nth && !r->o->fired;
+    snapshot before, after;
+    uint64_t calls_before = armed ? calls_of(r->entry) : 0;
+    if (armed) take_snapshot(r, &before);
+    bool tag_ok;
+    xsa_status st = do_step(r, kind, e, id, &tag_ok);
+    const char *msg = st == XSA_SUCCESS ? "" : xsa_last_error();
+    bool hit = armed && calls_of(r->entry) >= r->nth && calls_before < r->nth;
+    r->o->steps++;
+    if (!tag_ok) return fail(r, "freed allocation id %u: its data changed while it was live", e ? e->id : id);
+    if (hit) {
+        r->o->fired = 1;
+        r->o->errored = st != XSA_SUCCESS;
+        if (st != XSA_SUCCESS) {
+            if (check_failed_status(r, kind, st)) return -1;
+            take_snapshot(r, &after);
+            if (compare(r, &before, &after)) return -1;
+        }
+        if (check_all_tags(r) || check_invariants(r)) return -1;
+        /* A failed xsa_init is retried: the workload needs the allocator. */
+        return kind == STEP_INIT && !r->initialised ? run_step(r, kind, e, id) : 0;
+    }
+    if (st != XSA_SUCCESS)
+        return fail(r, "%s%s%u failed: %s: %s", kind == STEP_EVENT ? "trace line " : "",
+                    kind == STEP_EVENT ? "" : "id ", kind == STEP_EVENT ? e->line : id, xsa_status_name(st), msg);
+    /* Before the fault the run is the fault-free one, checked at every step. */
+    bool differs = !r->nth || r->o->fired;
+    if (differs && r->o->steps % r->check_every == 0) return check_invariants(r);
+    return 0;
+}
+
+/* ---- the workload ---- */
+
+static int run_workload(runner *r) {
+    const xsa_trace *t = &r->w->t;
+    if (run_step(r, STEP_INIT, NULL, 0)) return -1;
+    for (size_t i = 0; i < t->n_events; i++) {
+        if (run_step(r, STEP_EVENT, &t->events[i], 0)) return -1;
+        if ((i + 1) % FI_COMPLETE_EVERY == 0) xsa_sim_complete_all();
+        if ((i + 1) % FI_EMPTY_EVERY == 0 && run_step(r, STEP_EMPTY, NULL, 0)) return -1;
+    }
+    /* The second pass frees what a failed free of the first one left. */
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t id = 0; id < t->n_ids; id++)
+            if (r->ptrs[id] && run_step(r, STEP_FREE, NULL, id)) return -1;
+    return run_step(r, STEP_EMPTY, NULL, 0);
+}
+
+/* After the workload: nothing left but cached events, then nothing at all. */
+static int finish(runner *r) {
+    xsa_sim_clear_faults();
+    xsa_driver_read_calls(xsa_driver_sim(), r->o->calls);
+    if (xsa_empty_cache() != XSA_SUCCESS) return fail(r, "final xsa_empty_cache: %s", xsa_last_error());
+    xsa_device_stats s;
+    if (xsa_get_stats(0, &s) != XSA_SUCCESS) return fail(r, "final xsa_get_stats: %s", xsa_last_error());
+    if (s.allocation[XSA_STAT_ALL].current || s.reserved_bytes[XSA_STAT_ALL].current)
+        return fail(r, "after the workload: %lld allocations, %lld bytes reserved", (long long)s.allocation[XSA_STAT_ALL].current,
+                    (long long)s.reserved_bytes[XSA_STAT_ALL].current);
+    if (check_invariants(r)) return -1;
+    xsa_shutdown();
+    r->initialised = false;
+    xsa_sim_usage u;
+    xsa_sim_get_usage(&u);
+    if (u.handles || u.mapped_bytes || u.reservations || u.mem_allocs || u.events)
+        return fail(r, "after shutdown the driver holds %zu handles, %zu mapped bytes, %zu reservations, %zu "
+                       "allocations, %zu events", u.handles, u.mapped_bytes, u.reservations, u.mem_allocs, u.events);
+    return 0;
+}
+
+int fi_run(const fi_workload *w, xsa_driver_entry entry, uint64_t nth, size_t check_every, fi_outcome *o,
+           char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    runner r = {.w = w, .entry = entry, .nth = nth, .check_every = check_every ? check_every : 1, .o = o,
+                .err = err, .errlen = errlen};
+    xsa_shutdown();
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    c.capacity = w->c.capacity;
+    if (xsa_sim_configure(&c) != XSA_CU_SUCCESS) return fail(&r, "the simulated driver still holds resources");
+    if (xsa_use_driver("sim") != XSA_SUCCESS) return fail(&r, "xsa_use_driver: %s", xsa_last_error());
+    if (nth) xsa_sim_fail_call(entry, nth, fi_error_for(entry));
+    r.ptrs = calloc(w->t.n_ids + 1, sizeof *r.ptrs);
+    r.sizes = calloc(w->t.n_ids + 1, sizeof *r.sizes);
+    int rc = r.ptrs && r.sizes ? run_workload(&r) : fail(&r, "out of host memory");
+    if (rc == 0) rc = finish(&r);
+    xsa_sim_clear_faults();
+    xsa_shutdown();
+    free(r.ptrs);
+    free(r.sizes);
+    return rc;
+}
