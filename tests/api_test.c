@@ -15,6 +15,7 @@
 
 #include "api/internal.h"
 #include "api/xsalloc.h"
+#include "tests/sim_fixture.h"
 #include "vmm/sim.h"
 
 #define MiB ((size_t)1 << 20)
@@ -39,13 +40,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    xsa_shutdown();
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    assert_int_equal(u.handles, 0);
-    assert_int_equal(u.reservations, 0);
-    assert_int_equal(u.mem_allocs, 0);
-    assert_int_equal(u.events, 0);
+    xsa_fixture_shutdown_and_expect_empty();
     return 0;
 }
 

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "api/xsalloc.h"
+#include "tests/sim_fixture.h"
 #include "vmm/sim.h"
 
 #define KiB ((size_t)1 << 10)
@@ -66,11 +67,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    xsa_shutdown();
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    assert_int_equal(u.handles, 0);
-    assert_int_equal(u.reservations, 0);
+    xsa_fixture_shutdown_and_expect_empty();
     sim(2, 2 * MiB, 1); /* closes the simulated devices' memfds */
     assert_int_equal(open_fds(), fds_at_start);
     return 0;
