@@ -21,20 +21,9 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
-static void sim_devices(int devices, size_t capacity) {
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.devices = devices;
-    c.capacity = capacity;
-    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
-}
-
 static int setup(void **state) {
     (void)state;
-    xsa_shutdown();
-    sim_devices(2, 1 * GiB);
-    assert_int_equal(xsa_use_driver("sim"), XSA_SUCCESS);
-    unsetenv("XSALLOC_CONF");
+    xsa_fixture_use_sim(2, 1 * GiB);
     return 0;
 }
 

@@ -30,13 +30,7 @@ static xsa_sim_usage usage_before;
 
 static int setup(void **state) {
     (void)state;
-    xsa_shutdown();
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.capacity = 1 * GiB;
-    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
-    assert_int_equal(xsa_use_driver("sim"), XSA_SUCCESS);
-    unsetenv("XSALLOC_CONF");
+    xsa_fixture_use_sim(1, 1 * GiB);
     return 0;
 }
 

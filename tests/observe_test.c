@@ -19,6 +19,7 @@
 #include "api/xsalloc.h"
 #include "benchmarks/replay_lib.h"
 #include "benchmarks/trace.h"
+#include "tests/sim_fixture.h"
 #include "vmm/sim.h"
 
 #define MiB ((size_t)1 << 20)
@@ -29,12 +30,7 @@
 
 static int setup(void **state) {
     (void)state;
-    xsa_shutdown();
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.capacity = 1 * GiB;
-    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
-    OK(xsa_use_driver("sim"));
+    xsa_fixture_use_sim(1, 1 * GiB);
     return 0;
 }
 

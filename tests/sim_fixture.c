@@ -5,11 +5,23 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
 #include "api/xsalloc.h"
 #include "vmm/sim.h"
+
+void xsa_fixture_use_sim(int devices, size_t capacity) {
+    xsa_shutdown();
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    c.devices = devices;
+    c.capacity = capacity;
+    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
+    assert_int_equal(xsa_use_driver("sim"), XSA_SUCCESS);
+    unsetenv("XSALLOC_CONF");
+}
 
 void xsa_fixture_shutdown_and_expect_empty(void) {
     xsa_shutdown();

@@ -1,10 +1,18 @@
 /*
- * sim_fixture: what the API-level tests share around each case: shut
- * xsalloc down and check that the simulated driver was handed everything
- * back (no handle, mapping, reservation, cuMemAlloc or event left).
+ * sim_fixture: what the API-level tests share around each case: start
+ * from a shut-down xsalloc on a freshly configured simulated driver, and
+ * at the end check that the driver was handed everything back (no handle,
+ * mapping, reservation, cuMemAlloc or event left).
  */
 #ifndef XSA_TESTS_SIM_FIXTURE_H
 #define XSA_TESTS_SIM_FIXTURE_H
+
+#include <stddef.h>
+
+/* xsa_shutdown, then the simulated driver with `devices` devices of
+ * `capacity` bytes (other settings default) chosen for the next init, with
+ * XSALLOC_CONF unset. */
+void xsa_fixture_use_sim(int devices, size_t capacity);
 
 /* xsa_shutdown, then cmocka assertions on the simulated driver's usage. */
 void xsa_fixture_shutdown_and_expect_empty(void);

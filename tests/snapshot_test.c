@@ -22,6 +22,7 @@
 
 #include "api/emit.h"
 #include "api/xsalloc.h"
+#include "tests/sim_fixture.h"
 #include "vmm/sim.h"
 
 #define MiB ((size_t)1 << 20)
@@ -129,13 +130,7 @@ static void test_writers_read_back_in_python(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    xsa_shutdown();
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.devices = 2;
-    c.capacity = (size_t)1 << 30;
-    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
-    OK(xsa_use_driver("sim"));
+    xsa_fixture_use_sim(2, (size_t)1 << 30);
     return 0;
 }
 

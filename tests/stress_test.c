@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "api/xsalloc.h"
+#include "tests/sim_fixture.h"
 #include "vmm/sim.h"
 
 #define THREADS 4
@@ -140,11 +141,7 @@ static size_t ops_from(int argc, char **argv) {
 
 static void test_threads(void **state) {
     (void)state;
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.capacity = 8 * GiB;
-    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
-    assert_int_equal(xsa_use_driver("sim"), XSA_SUCCESS);
+    xsa_fixture_use_sim(1, 8 * GiB);
     assert_int_equal(xsa_init(NULL), XSA_SUCCESS);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

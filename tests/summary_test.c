@@ -18,6 +18,7 @@
 
 #include "api/internal.h"
 #include "api/xsalloc.h"
+#include "tests/sim_fixture.h"
 #include "vmm/sim.h"
 
 #define MiB ((size_t)1 << 20)
@@ -120,13 +121,7 @@ static void test_synthetic_stats_match_golden(void **state) {
 
 static void test_scripted_sequence_matches_golden(void **state) {
     (void)state;
-    xsa_shutdown();
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.devices = 2;
-    c.capacity = (size_t)1 << 30;
-    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
-    OK(xsa_use_driver("sim"));
+    xsa_fixture_use_sim(2, (size_t)1 << 30);
     OK(xsa_init("expandable_segments:False,max_split_size_mb:40"));
     /* Small blocks split a 2 MiB segment; 12 MiB gets a segment of its own;
      * 50 MiB is oversize; 1020 MiB fails (one OOM, one retry). */
