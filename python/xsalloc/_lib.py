@@ -2,9 +2,7 @@
 
 Design: one process-wide Library object (load()) over one dlopen of the
 shared library; PyTorch's CUDAPluggableAllocator dlopens the same path, so
-both see the same allocator state. Functions that do not exist in the loaded
-library (an older build) are simply absent from the CDLL: callers check with
-has(). Every status other than XSA_SUCCESS becomes an XsallocError carrying
+both see the same allocator state. Every status other than XSA_SUCCESS becomes an XsallocError carrying
 the status name and xsa_last_error()'s sentence, read on the same thread
 right after the call (the message is thread local in C).
 """
@@ -91,7 +89,6 @@ _DECLS = {
     "xsa_reset_peak_stats": (_c.c_int, [_c.c_int]),
     "xsa_reset_accumulated_stats": (_c.c_int, [_c.c_int]),
     "xsa_check_invariants": (_c.c_int, [_c.c_int]),
-    # Added to the C API by the observability work; bound when the library has them.
     "xsa_free_buffer": (None, [_c.c_void_p]),
     "xsa_memory_summary": (_c.c_int, [_c.c_int, _c.c_int, _c.POINTER(_c.c_void_p)]),
     "xsa_snapshot_json": (_c.c_int, [_c.POINTER(_c.c_void_p)]),
@@ -138,9 +135,6 @@ class Library:
             fn = getattr(self.cdll, name, None)
             if fn is not None:
                 fn.restype, fn.argtypes = restype, argtypes
-
-    def has(self, name):
-        return hasattr(self.cdll, name)
 
     def address(self, name):
         """The C function's address, as PyTorch's allocator setters take it."""
