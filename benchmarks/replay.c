@@ -90,13 +90,23 @@ static void print_json(const char *name, const char *conf, const xsa_replay_resu
     printf(", \"events\": %zu, \"peak_allocated\": %lld, \"peak_reserved\": %lld, \"ratio\": %.4f"
            ", \"ns_per_event\": %.1f, \"create\": %llu, \"map\": %llu, \"unmap\": %llu"
            ", \"release\": %llu, \"mem_alloc\": %llu, \"mem_free\": %llu, \"set_access\": %llu"
-           ", \"pages_recycled\": %lld, \"num_alloc_retries\": %lld, \"num_ooms\": %lld}\n",
+           ", \"pages_recycled\": %lld, \"num_alloc_retries\": %lld, \"num_ooms\": %lld",
            r->events, (long long)r->peak_allocated, (long long)r->peak_reserved, r->ratio,
            r->ns_per_event, (unsigned long long)r->create, (unsigned long long)r->map,
            (unsigned long long)r->unmap, (unsigned long long)r->release,
            (unsigned long long)r->mem_alloc, (unsigned long long)r->mem_free,
            (unsigned long long)r->set_access, (long long)r->pages_recycled,
            (long long)r->num_alloc_retries, (long long)r->num_ooms);
+    /* Every entry point called in the loop: {"name": [calls, microseconds]}. */
+    printf(", \"driver_calls_us\": {");
+    const char *sep = "";
+    for (int i = 0; i < XSA_DRV_COUNT; i++) {
+        if (!r->driver_calls[i]) continue;
+        printf("%s\"%s\": [%llu, %.1f]", sep, xsa_driver_entry_name((xsa_driver_entry)i),
+               (unsigned long long)r->driver_calls[i], r->driver_ns[i] / 1e3);
+        sep = ", ";
+    }
+    printf("}}\n");
 }
 
 static double now_s(void) {

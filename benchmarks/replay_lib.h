@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "benchmarks/trace.h"
+#include "vmm/driver.h"
 
 typedef struct xsa_replay_result {
     char driver[16];          /* "cuda" or "sim" */
@@ -30,6 +31,9 @@ typedef struct xsa_replay_result {
     double ns_per_event;      /* wall time of the event loop only */
     /* Driver calls made during the event loop. */
     uint64_t create, map, unmap, release, mem_alloc, mem_free, set_access;
+    /* Every entry point's calls and time in the driver during the loop. */
+    uint64_t driver_calls[XSA_DRV_COUNT];
+    uint64_t driver_ns[XSA_DRV_COUNT];
     int64_t pages_recycled;
     int64_t num_alloc_retries;
     int64_t num_ooms;

@@ -172,10 +172,10 @@ static void test_no_vmm_falls_back_to_classic(void **state) {
     assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
     OK(xsa_init("expandable_segments:True"));
     uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
-    xsa_driver_read_calls(xsa_active_driver(), before);
+    xsa_driver_read_calls(xsa_active_driver(), before, NULL);
     void *p = NULL;
     OK(xsa_malloc(&p, 3 * MiB, 0, NULL));
-    xsa_driver_read_calls(xsa_active_driver(), after);
+    xsa_driver_read_calls(xsa_active_driver(), after, NULL);
     /* A classic 20 MiB segment from cuMemAlloc, no reservation. */
     assert_int_equal(after[XSA_DRV_mem_alloc] - before[XSA_DRV_mem_alloc], 1);
     assert_int_equal(after[XSA_DRV_mem_address_reserve] - before[XSA_DRV_mem_address_reserve], 0);

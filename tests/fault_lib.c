@@ -161,7 +161,7 @@ static void take_snapshot(const runner *r, snapshot *s) {
 
 static uint64_t calls_of(xsa_driver_entry e) {
     uint64_t c[XSA_DRV_COUNT];
-    xsa_driver_read_calls(xsa_driver_sim(), c);
+    xsa_driver_read_calls(xsa_driver_sim(), c, NULL);
     return c[e];
 }
 
@@ -259,7 +259,7 @@ static int run_workload(runner *r) {
 /* After the workload: nothing left but cached events, then nothing at all. */
 static int finish(runner *r) {
     xsa_sim_clear_faults();
-    xsa_driver_read_calls(xsa_driver_sim(), r->o->calls);
+    xsa_driver_read_calls(xsa_driver_sim(), r->o->calls, NULL);
     if (xsa_empty_cache() != XSA_SUCCESS) return fail(r, "final xsa_empty_cache: %s", xsa_last_error());
     xsa_device_stats s;
     if (xsa_get_stats(0, &s) != XSA_SUCCESS) return fail(r, "final xsa_get_stats: %s", xsa_last_error());

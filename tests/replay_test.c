@@ -142,7 +142,8 @@ static void test_replay_command(void **state) {
         "\"peak_allocated\": ", "\"peak_reserved\": ", "\"ratio\": ", "\"ns_per_event\": ",
         "\"create\": ", "\"map\": ", "\"unmap\": ", "\"release\": ", "\"mem_alloc\": 0, ",
         "\"mem_free\": 0, ", "\"set_access\": ", "\"pages_recycled\": ", "\"num_alloc_retries\": ",
-        "\"num_ooms\": 0}\n"};
+        "\"num_ooms\": 0, ", "\"driver_calls_us\": {", "\"mem_create\": [", "\"event_record\": [",
+        "]}}\n"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strstr(last, keys[i])) fail_msg("'%s' not in %s", keys[i], last);
 }

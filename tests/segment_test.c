@@ -97,9 +97,9 @@ static void test_grow_and_shrink(void **state) {
     xsa_segment s;
     init_segment(&s, 64);
     uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
-    xsa_driver_read_calls(&wrapped, before);
+    xsa_driver_read_calls(&wrapped, before, NULL);
     assert_int_equal(xsa_segment_map(&s, 0, 8, NULL), XSA_CU_SUCCESS);
-    xsa_driver_read_calls(&wrapped, after);
+    xsa_driver_read_calls(&wrapped, after, NULL);
     /* One create and map per page, one access call for the run. */
     assert_int_equal(after[XSA_DRV_mem_create] - before[XSA_DRV_mem_create], 8);
     assert_int_equal(after[XSA_DRV_mem_map] - before[XSA_DRV_mem_map], 8);
@@ -131,12 +131,12 @@ static void test_partial_map_failure_undoes(void **state) {
     init_segment(&s, 32);
     assert_int_equal(xsa_segment_map(&s, 0, 2, NULL), XSA_CU_SUCCESS);
     uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
-    xsa_driver_read_calls(&wrapped, before);
+    xsa_driver_read_calls(&wrapped, before, NULL);
     fail_at(XSA_DRV_mem_create, 4); /* page 4 of 6 */
     assert_int_equal(xsa_segment_map(&s, 2, 6, NULL), XSA_CU_ERROR_OUT_OF_MEMORY);
     CHECK(&s);
     assert_int_equal(s.mapped_pages, 2);
-    xsa_driver_read_calls(&wrapped, after);
+    xsa_driver_read_calls(&wrapped, after, NULL);
     /* The three handles it made were unmapped (one call) and released. */
     assert_int_equal(after[XSA_DRV_mem_release] - before[XSA_DRV_mem_release], 3);
     assert_int_equal(after[XSA_DRV_mem_unmap] - before[XSA_DRV_mem_unmap], 1);
@@ -156,9 +156,9 @@ static void test_partial_map_failure_undoes(void **state) {
     /* Moved and new pages in one call: one cuMemSetAccess for the run. */
     xsa_mem_handle mixed[4] = {XSA_NO_HANDLE, XSA_NO_HANDLE, XSA_NO_HANDLE, XSA_NO_HANDLE};
     assert_int_equal(xsa_segment_unmap(&s, 6, 2, mixed), XSA_CU_SUCCESS);
-    xsa_driver_read_calls(&wrapped, before);
+    xsa_driver_read_calls(&wrapped, before, NULL);
     assert_int_equal(xsa_segment_map(&s, 10, 4, mixed), XSA_CU_SUCCESS);
-    xsa_driver_read_calls(&wrapped, after);
+    xsa_driver_read_calls(&wrapped, after, NULL);
     assert_int_equal(after[XSA_DRV_mem_create] - before[XSA_DRV_mem_create], 2);
     assert_int_equal(after[XSA_DRV_mem_set_access] - before[XSA_DRV_mem_set_access], 1);
     CHECK(&s);

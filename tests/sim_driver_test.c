@@ -673,10 +673,10 @@ static void test_call_counters(void **state) {
     uint64_t calls[XSA_DRV_COUNT];
     OK(XSA_DRV(D, init));
     OK(XSA_DRV(D, init));
-    xsa_driver_read_calls(D, calls);
+    xsa_driver_read_calls(D, calls, NULL);
     assert_int_equal(2, calls[XSA_DRV_init]);
     configure(1, 64 * MiB);
-    xsa_driver_read_calls(D, calls);
+    xsa_driver_read_calls(D, calls, NULL);
     assert_int_equal(0, calls[XSA_DRV_init]);
     /* The sim counts direct calls too (fault injection does not depend on XSA_DRV). */
     xsa_sim_fail_call(XSA_DRV_init, 2, XSA_CU_ERROR_NOT_INITIALIZED);
@@ -987,7 +987,7 @@ static void test_threads(void **state) {
     }
     CHECK();
     uint64_t calls[XSA_DRV_COUNT];
-    xsa_driver_read_calls(D, calls);
+    xsa_driver_read_calls(D, calls, NULL);
     assert_int_equal(T * 50, calls[XSA_DRV_mem_map]);
 }
 

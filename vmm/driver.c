@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const entry_names[XSA_DRV_COUNT] = {
 #define XSA_DRV_NAME(name) #name,
@@ -24,14 +25,26 @@ int xsa_driver_entry_from_name(const char *name) {
     return -1;
 }
 
-void xsa_driver_read_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT]) {
-    for (int i = 0; i < XSA_DRV_COUNT; i++)
+void xsa_driver_read_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT], uint64_t ns[XSA_DRV_COUNT]) {
+    for (int i = 0; i < XSA_DRV_COUNT; i++) {
         out[i] = atomic_load_explicit(&d->calls[i], memory_order_relaxed);
+        if (ns) ns[i] = atomic_load_explicit(&d->ns[i], memory_order_relaxed);
+    }
 }
 
 void xsa_driver_reset_calls(xsa_driver *d) {
-    for (int i = 0; i < XSA_DRV_COUNT; i++)
+    for (int i = 0; i < XSA_DRV_COUNT; i++) {
         atomic_store_explicit(&d->calls[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&d->ns[i], 0, memory_order_relaxed);
+    }
+}
+
+void xsa_driver_time_calls(xsa_driver *d, bool on) { atomic_store_explicit(&d->timed, on, memory_order_relaxed); }
+
+uint64_t xsa_driver_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 xsa_driver *xsa_driver_default(char *err, size_t errlen) {
