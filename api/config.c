@@ -42,6 +42,7 @@
  * -------------------------------+---------------------------------+----------+---------------------------------
  * expandable_segments            | True / False                    | True     | pool.expandable_segments (PyTorch default False)
  * page_recycling                 | True / False                    | True     | pool.page_recycling (xsalloc's own key)
+ * page_recycling_headroom        | number, 0 <= x <= 1             | 0.01     | pool.page_recycling_headroom (xsalloc's own key)
  * peer_access                    | True / False                    | False    | pool.peer_access (xsalloc's own key) (7)
  * ipc_handles                    | True / False                    | False    | pool.ipc_handles (xsalloc's own key) (7)
  * max_split_size_mb              | integer >= 20 (MiB)             | no limit | pool.max_split_size (bytes)
@@ -310,6 +311,7 @@ static size_t mib_to_bytes(uint64_t mb) { return mb > SIZE_MAX / MIB ? SIZE_MAX 
 typedef enum key_id {
     K_EXPANDABLE_SEGMENTS,
     K_PAGE_RECYCLING,
+    K_PAGE_RECYCLING_HEADROOM,
     K_PEER_ACCESS,
     K_IPC_HANDLES,
     K_MAX_SPLIT_SIZE_MB,
@@ -341,6 +343,7 @@ static const struct {
 } keys[] = {
     {"expandable_segments", K_EXPANDABLE_SEGMENTS},
     {"page_recycling", K_PAGE_RECYCLING},
+    {"page_recycling_headroom", K_PAGE_RECYCLING_HEADROOM},
     {"peer_access", K_PEER_ACCESS},
     {"ipc_handles", K_IPC_HANDLES},
     {"max_split_size_mb", K_MAX_SPLIT_SIZE_MB},
@@ -512,6 +515,13 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
         o->garbage_collection_threshold = x;
         return 1;
     }
+    case K_PAGE_RECYCLING_HEADROOM: {
+        const char *acc = "a number from 0 to 1, e.g. 0.01";
+        if (!get_double(ps, key, val, acc, &x)) return 0;
+        if (!(x >= 0.0 && x <= 1.0)) return bad_value(ps, key, val, "is out of range", acc);
+        o->page_recycling_headroom = x;
+        return 1;
+    }
     case K_PER_PROCESS_MEMORY_FRACTION: {
         const char *acc = "a number greater than 0 and at most 1, e.g. 0.5";
         if (!get_double(ps, key, val, acc, &x)) return 0;
@@ -574,7 +584,8 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
 }
 
 #define ACCEPT_KEYS                                                                                        \
-    "expandable_segments, page_recycling, peer_access, ipc_handles, max_split_size_mb, "                   \
+    "expandable_segments, page_recycling, page_recycling_headroom, peer_access, ipc_handles, "             \
+    "max_split_size_mb, "                                                                                  \
     "max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, "                  \
     "per_process_memory_fraction, backend, or a "                                                          \
     "PyTorch compatibility key listed in api/CONFIG.md"

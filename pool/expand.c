@@ -87,9 +87,9 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     size_t pages = bytes / p->page_size;
     /* Recycled pages come back mapped elsewhere in this pool: no new memory.
      * handles[i] is a moved page's handle, or XSA_NO_HANDLE for a new one. */
-    size_t moved = 0;
-    xsa_mem_handle *handles = p->opt.page_recycling ? calloc(pages, sizeof *handles) : NULL;
-    if (handles) moved = xsa_recycle_take(p, before, u->next, pages, handles);
+    size_t moved = 0, wanted = xsa_recycle_pages_wanted(p, size, pages);
+    xsa_mem_handle *handles = wanted ? calloc(pages, sizeof *handles) : NULL;
+    if (handles) moved = xsa_recycle_take(p, before, u->next, wanted, handles);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
         xsa_recycle_give_back(s, handles, moved);
         free(handles);

@@ -7,6 +7,7 @@ void xsa_pool_options_default(xsa_pool_options *o) {
     memset(o, 0, sizeof *o);
     o->expandable_segments = true;
     o->page_recycling = true;
+    o->page_recycling_headroom = 0.01;
     o->max_split_size = SIZE_MAX;
     o->max_non_split_rounding = 20u << 20;
     o->garbage_collection_threshold = 0.0;

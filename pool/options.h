@@ -1,7 +1,7 @@
 /*
  * pool/options: the settings of one device's block pool, filled by the
  * configuration parser (api/config) from XSALLOC_CONF. Defaults are
- * PyTorch's, except expandable_segments and page_recycling.
+ * PyTorch's, except expandable_segments and page_recycling (xsalloc's own).
  */
 #ifndef XSA_POOL_OPTIONS_H
 #define XSA_POOL_OPTIONS_H
@@ -17,6 +17,9 @@
 typedef struct xsa_pool_options {
     bool expandable_segments;      /* default true */
     bool page_recycling;           /* default true */
+    /* Reserved memory may run this fraction above the highest allocated
+     * bytes seen before a growth recycles pages (default 0.01). */
+    double page_recycling_headroom;
     size_t max_split_size;         /* bytes; SIZE_MAX = no limit (default) */
     size_t max_non_split_rounding; /* an oversize request may take a block this much larger (default 20 MiB) */
     /* divisions per interval; 0 = no power-of-two rounding (default) */

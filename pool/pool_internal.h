@@ -63,6 +63,7 @@ struct xsa_pool {
     size_t allowed_max;        /* memory fraction * device_total */
     size_t page_size;
     size_t reserved;           /* bytes mapped or cuMemAlloc'd (PyTorch's total_allocated_memory) */
+    int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
     xsa_free_set free[XSA_POOL_KINDS];
     uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
     uint64_t free_seq;         /* counts blocks becoming free (recycling fences) */
@@ -124,7 +125,13 @@ xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, siz
 xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, size_t end, xsa_mem_handle *taken,
                                        char *err, size_t errlen);
 
-/* recycle.c: takes up to `pages` whole free pages from free blocks of the
+/* stats.c: the highest allocated bytes seen, peak resets notwithstanding. */
+int64_t xsa_pool_allocated_high(const xsa_pool *p);
+
+/* recycle.c: how many of the `pages` new pages a growth for a request of
+ * `size` bytes should take from recycling (the page_recycling_headroom rule). */
+size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages);
+/* Takes up to `pages` whole free pages from free blocks of the
  * pool's expandable segments (never `keep1`/`keep2`, the free blocks around
  * the growth point) into handles[]; returns how many. */
 size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,

@@ -20,7 +20,15 @@ static void each_stat(xsa_device_stats *s, void (*fn)(xsa_stat *)) {
 static void reset_peak(xsa_stat *s) { s->peak = s->current; }
 static void reset_accumulated(xsa_stat *s) { s->allocated = s->freed = 0; }
 
-void xsa_pool_reset_peak_stats(xsa_pool *p) { each_stat(&p->stats, reset_peak); }
+void xsa_pool_reset_peak_stats(xsa_pool *p) {
+    p->allocated_high = xsa_pool_allocated_high(p);
+    each_stat(&p->stats, reset_peak);
+}
+
+int64_t xsa_pool_allocated_high(const xsa_pool *p) {
+    int64_t peak = p->stats.allocated_bytes[XSA_STAT_ALL].peak;
+    return peak > p->allocated_high ? peak : p->allocated_high;
+}
 
 void xsa_pool_reset_accumulated_stats(xsa_pool *p) {
     each_stat(&p->stats, reset_accumulated);

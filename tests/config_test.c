@@ -140,6 +140,13 @@ static void test_page_recycling(void **state) {
     assert_true(parse_ok("page_recycling:True").pool.page_recycling);
     EXPECT_ERR("page_recycling:off", "'page_recycling'", "'off'", "True or False");
     EXPECT_ERR("page_recycling:False_", "'page_recycling'", "'False_'", "True or False");
+    assert_true(c.pool.page_recycling_headroom == 0.01); /* the default */
+    assert_true(parse_ok("page_recycling_headroom:0").pool.page_recycling_headroom == 0.0);
+    assert_true(parse_ok("page_recycling_headroom:0.25").pool.page_recycling_headroom == 0.25);
+    assert_true(parse_ok("page_recycling_headroom:1").pool.page_recycling_headroom == 1.0);
+    EXPECT_ERR("page_recycling_headroom:-0.1", "'page_recycling_headroom'", "'-0.1'", "from 0 to 1");
+    EXPECT_ERR("page_recycling_headroom:1.5", "'page_recycling_headroom'", "'1.5'", "from 0 to 1");
+    EXPECT_ERR("page_recycling_headroom:lots", "'page_recycling_headroom'", "'lots'", "from 0 to 1");
 }
 
 /* peer_access and ipc_handles: booleans that need expandable segments. */

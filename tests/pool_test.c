@@ -495,6 +495,64 @@ static void test_recycling_waits_for_other_streams(void **state) {
     teardown(p);
 }
 
+static double headroom;
+static void recycling_with_headroom(xsa_pool_options *o) {
+    o->page_recycling = true;
+    o->page_recycling_headroom = headroom;
+}
+
+/* A growth creates new pages while reserved stays within (1 + headroom) x
+ * the highest allocated bytes, and moves pages only for the rest. */
+static void test_recycling_headroom_bounds_moves(void **state) {
+    (void)state;
+    const struct {
+        double headroom;
+        int64_t recycled, reserved;
+    } cases[] = {
+        {0.0, 2, 16 * MiB}, /* high 16 MiB, reserved 16: both pages move */
+        {0.1, 2, 16 * MiB}, /* room for 1.6 MiB: still no whole new page */
+        {0.2, 1, 18 * MiB}, /* room for 3.2 MiB: one new page, one moved */
+        {1.0, 0, 20 * MiB}, /* room for 16 MiB: nothing moves */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        headroom = cases[i].headroom;
+        xsa_pool *p = make_pool(1 * GiB, true, recycling_with_headroom);
+        xsa_sim_set_eager_events(1); /* fences complete at once */
+        void *a = alloc(p, 8 * MiB, S0);
+        release(p, alloc(p, 8 * MiB, S0)); /* 4 free pages on S0; allocated 8 of 16 MiB */
+        void *x = alloc(p, 4 * MiB, S1);   /* S1's segment needs 2 pages */
+        xsa_device_stats s = stats(p);
+        if (s.num_pages_recycled != cases[i].recycled || s.reserved_bytes[XSA_STAT_ALL].current != cases[i].reserved)
+            fail_msg("headroom %.1f: %lld pages recycled, %lld bytes reserved", headroom,
+                     (long long)s.num_pages_recycled, (long long)s.reserved_bytes[XSA_STAT_ALL].current);
+        xsa_sim_set_eager_events(0);
+        release(p, x);
+        release(p, a);
+        teardown(p);
+    }
+}
+
+/* The bound uses the highest allocated bytes ever seen: resetting the peak
+ * stats does not make recycling move pages it would not have moved. */
+static void test_recycling_headroom_survives_peak_reset(void **state) {
+    (void)state;
+    headroom = 0.5;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling_with_headroom);
+    xsa_sim_set_eager_events(1);
+    release(p, alloc(p, 16 * MiB, S0)); /* high 16 MiB; 8 free pages on S0 */
+    xsa_pool_reset_peak_stats(p);       /* allocated peak now 0 */
+    void *x = alloc(p, 4 * MiB, S1);    /* within 1.5 x 16 MiB: new pages */
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 20 * MiB);
+    void *y = alloc(p, 8 * MiB, S1); /* 4 pages, room for 2 new: 2 move */
+    assert_int_equal(stats(p).num_pages_recycled, 2);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 24 * MiB); /* the bound */
+    xsa_sim_set_eager_events(0);
+    release(p, x);
+    release(p, y);
+    teardown(p);
+}
+
 /* ---- driver refusals while giving memory back ---- */
 
 static xsa_sim_usage usage(void) {
@@ -647,6 +705,8 @@ int main(void) {
         cmocka_unit_test(test_expandable_best_fit_prefers_non_tail),
         cmocka_unit_test(test_recycling_moves_free_pages_to_growth),
         cmocka_unit_test(test_recycling_waits_for_other_streams),
+        cmocka_unit_test(test_recycling_headroom_bounds_moves),
+        cmocka_unit_test(test_recycling_headroom_survives_peak_reset),
         cmocka_unit_test(test_refused_release_is_retried),
         cmocka_unit_test(test_refused_address_free_keeps_segment),
         cmocka_unit_test(test_refused_fence_destroy_keeps_segment),
