@@ -21,6 +21,7 @@ OUT=${OUT:-$(mktemp -d /tmp/xsa-compare.XXXXXX)}
 BUILD="$OUT/build"
 RES="$OUT/results.jsonl"
 OPS=${OPS:-200000}
+REPS=${REPS:-5} # xsalloc replays per mode, interleaved: the time table takes the median
 DRIVER=${DRIVER:-cuda} # DRIVER=sim: a dry run of xsalloc's side on a machine without a GPU
 PY=${PYTHON:-python3}
 BENCH="$ROOT/benchmarks/gpu/torch_bench.py"
@@ -56,11 +57,13 @@ build() {
 tag() { sed "s/^{/{$1, /"; }
 
 replay_xsalloc() {
-    local trace=$1 mode conf line
-    for m in "${MODES[@]}"; do
-        read -r mode conf <<<"$m"
-        line=$("$BUILD/replay" --driver "$DRIVER" --conf "$conf" "$trace" | tail -n 1) || return 1
-        echo "$line" | tag "\"kind\": \"replay\", \"tool\": \"xsalloc\", \"mode\": \"$mode\"" >>"$RES"
+    local trace=$1 mode conf line rep
+    for ((rep = 1; rep <= REPS; rep++)); do
+        for m in "${MODES[@]}"; do
+            read -r mode conf <<<"$m"
+            line=$("$BUILD/replay" --driver "$DRIVER" --conf "$conf" "$trace" | tail -n 1) || return 1
+            echo "$line" | tag "\"kind\": \"replay\", \"tool\": \"xsalloc\", \"mode\": \"$mode\", \"rep\": $rep" >>"$RES"
+        done
     done
 }
 
