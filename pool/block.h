@@ -25,7 +25,7 @@ typedef struct xsa_block {
     xsa_stream stream;       /* the stream it was allocated on; never handed to another */
     struct xsa_seg *seg;
     struct xsa_block *prev, *next; /* neighbours in the segment */
-    /* Free set (treap) links, or unmapped list links (left/right reused). */
+    /* Free set links: the treap of its size class (pool/free_set). */
     struct xsa_block *left, *right;
     uint32_t priority;
     bool allocated;          /* handed out (also true while its free waits for events) */

@@ -122,8 +122,11 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     return 1;
 }
 
-/* In-order walk of a free set: keys increase, count and bytes match. */
-static int check_free_set(const xsa_free_set *set, int kind, const recount *c, char *err, size_t n) {
+/* The free set's own checker, then an in-order walk: keys increase, count
+ * and bytes match the blocks, each stream is attached once per segment. */
+static int check_free_set(const xsa_pool *p, int kind, const recount *c, char *err, size_t n) {
+    const xsa_free_set *set = &p->free[kind];
+    if (!xsa_free_set_check(set, err, n)) return 0;
     size_t count = 0, bytes = 0;
     const xsa_block *prev = NULL;
     for (const xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b)) {
@@ -138,6 +141,18 @@ static int check_free_set(const xsa_free_set *set, int kind, const recount *c, c
     if (count != set->count || count != c->free_blocks[kind] || bytes != set->bytes || bytes != c->free_bytes[kind])
         return fail(err, n, "free set %d: %zu blocks/%zu bytes walked, %zu/%zu counted, %zu/%zu free in segments", kind,
                     count, bytes, set->count, set->bytes, c->free_blocks[kind], c->free_bytes[kind]);
+    size_t segments = 0;
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if ((int)s->kind != kind) continue;
+        size_t same = 0;
+        for (const xsa_seg *t = p->segments; t; t = t->next_seg) same += t->kind == s->kind && t->stream == s->stream;
+        if (xsa_free_set_segments(set, s->stream) != same)
+            return fail(err, n, "free set %d: stream %p attached %zu times for %zu segments", kind, s->stream,
+                        xsa_free_set_segments(set, s->stream), same);
+        segments++;
+    }
+    if (segments != set->segments)
+        return fail(err, n, "free set %d: %zu segments attached, %zu exist", kind, set->segments, segments);
     return 1;
 }
 
@@ -178,7 +193,7 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
     for (const xsa_seg *s = p->segments; s; s = s->next_seg)
         if (!check_segment(p, s, &c, err, n)) return 0;
     for (int k = 0; k < XSA_POOL_KINDS; k++)
-        if (!check_free_set(&p->free[k], k, &c, err, n)) return 0;
+        if (!check_free_set(p, k, &c, err, n)) return 0;
     if (!check_exports(p, &c, err, n)) return 0;
     const xsa_device_stats *st = &p->stats;
     if (!check_stat("allocation", st->allocation, c.allocation, err, n) ||

@@ -22,7 +22,7 @@ static xsa_seg *find_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream)
 static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_seg **out,
                                       char *err, size_t errlen) {
     xsa_block *b;
-    xsa_seg *s = xsa_pool_new_records(p, &b, err, errlen);
+    xsa_seg *s = xsa_pool_new_records(p, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
     xsa_cu_result r = xsa_segment_init(&s->vm, p->drv, p->device, p->device_total);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAddressReserve", r, err, errlen);
@@ -32,7 +32,7 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_strea
     for (int i = 0; i < p->n_peers; i++) xsa_segment_add_access(&s->vm, p->peers[i]);
     s->expandable = true;
     b->mapped = false;
-    xsa_pool_link_new_segment(p, s, b, kind, stream, (uintptr_t)s->vm.base, s->vm.max_pages * s->vm.page_size);
+    xsa_pool_link_new_segment(p, s, b, (uintptr_t)s->vm.base, s->vm.max_pages * s->vm.page_size);
     if (p->listener.reserved) p->listener.reserved(p->listener.ctx, p->device, s->base, s->size);
     *out = s;
     return XSA_POOL_OK;
@@ -228,6 +228,7 @@ bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
         xsa_block_delete(&p->blocks, b);
         b = next;
     }
+    xsa_free_set_detach(&p->free[s->kind], s->stream);
     xsa_pool_unlink_segment(p, s);
     free(s);
     return true;

@@ -171,6 +171,7 @@ void xsa_pool_destroy(xsa_pool *p) {
         free_segment_blocks(p, s);
         free(s);
     }
+    for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&p->free[k]);
     xsa_block_cache_clear(&p->blocks);
     xsa_ptr_map_destroy(&p->allocated);
     free(p);
@@ -254,19 +255,24 @@ static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size
 
 /* ---- new device memory ---- */
 
-xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_block **b, char *err, size_t errlen) {
+xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_block **b, char *err,
+                              size_t errlen) {
     xsa_seg *s = calloc(1, sizeof *s);
     *b = s ? xsa_block_new(&p->blocks) : NULL;
-    if (!*b) {
+    if (!*b || !xsa_free_set_attach(&p->free[kind], stream)) {
+        if (*b) xsa_block_delete(&p->blocks, *b);
         free(s);
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return NULL;
     }
+    s->kind = kind;
+    s->stream = stream;
     return s;
 }
 
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen) {
+    xsa_free_set_detach(&p->free[s->kind], s->stream);
     xsa_block_delete(&p->blocks, b);
     free(s);
     if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
@@ -274,16 +280,13 @@ xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, c
     return XSA_POOL_DRIVER_ERROR;
 }
 
-void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, xsa_pool_kind kind, xsa_stream stream,
-                               uintptr_t base, size_t size) {
-    s->kind = kind;
-    s->stream = stream;
+void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size) {
     s->base = base;
     s->size = size;
     s->first = b;
     b->ptr = base;
     b->size = size;
-    b->stream = stream;
+    b->stream = s->stream;
     b->seg = s;
     xsa_pool_link_segment(p, s);
 }
@@ -292,12 +295,12 @@ void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, xsa_pool_k
 static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                      xsa_block **out, char *err, size_t errlen) {
     xsa_block *b;
-    xsa_seg *s = xsa_pool_new_records(p, &b, err, errlen);
+    xsa_seg *s = xsa_pool_new_records(p, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
     xsa_devptr ptr = 0;
     xsa_cu_result r = XSA_DRV(p->drv, mem_alloc, &ptr, size, p->device);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAlloc", r, err, errlen);
-    xsa_pool_link_new_segment(p, s, b, kind, stream, (uintptr_t)ptr, size);
+    xsa_pool_link_new_segment(p, s, b, (uintptr_t)ptr, size);
     p->reserved += size;
     xsa_stats_update(p->stats.segment, kind, 1);
     xsa_stats_update(p->stats.reserved_bytes, kind, (int64_t)size);

@@ -162,14 +162,16 @@ void xsa_garbage_collect(xsa_pool *p);
 /* Frees free unsplit classic block b's segment; on a driver error nothing changes. */
 xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b);
 
-/* New segments: records (NULL if out of host memory, err set), their
- * release when the driver call failed (the status to return), and the
- * segment filled in as one block covering it and linked. */
-xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_block **b, char *err, size_t errlen);
+/* New segments: records of (kind, stream), with the stream attached to the
+ * free set (NULL if out of host memory, err set), their release when the
+ * driver call failed (the status to return), and the segment filled in as
+ * one block covering it and linked. Whatever frees a segment detaches its
+ * stream. */
+xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_block **b, char *err,
+                              size_t errlen);
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen);
-void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, xsa_pool_kind kind, xsa_stream stream,
-                               uintptr_t base, size_t size);
+void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size);
 
 /* Segment list. */
 void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s);
