@@ -190,7 +190,9 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
     if (!b || b->stream != stream) return NULL;
-    while (b->seg->expandable) {
+    /* A later block (never smaller) can only win when b could grow into
+     * unmapped space after it. */
+    while (b->seg->expandable && expandable_size(b) > b->size) {
         xsa_block *next = xsa_free_set_next(set, b);
         if (!next || next->stream != stream || expandable_size(next) >= expandable_size(b)) break;
         b = next;
