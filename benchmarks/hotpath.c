@@ -14,7 +14,10 @@
  * every run (and every allocator compared) sees the same sequence. Sizes
  * are log-uniform per binary octave (octave uniform in 2^9..2^25, then
  * uniform within it). Prints a table, then one JSON line last on stdout
- * ({"driver", "conf", "ops", "pair_ns", "slots_ns"}) for scripts.
+ * ({"driver", "conf", "ops", "pair_ns", "slots_ns", "pair_misses",
+ * "slots_misses"}) for scripts. A miss is a timed call that went to the
+ * driver (new device memory or pages moved by recycling): the patterns
+ * measure cache hits, so the counts say how pure they were.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -111,11 +114,21 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Warm-up, then RUNS timed runs: median, with min and max. */
-static void measure(double (*fn)(bench *), bench *b, double out[3]) {
+/* Device allocations and recycled pages so far. */
+static int64_t driver_work(void) {
+    xsa_device_stats s;
+    check("xsa_get_stats", xsa_get_stats(0, &s));
+    return s.num_device_alloc + s.num_pages_recycled;
+}
+
+/* Warm-up, then RUNS timed runs: median, with min and max; *misses counts
+ * the driver work of the timed runs. */
+static void measure(double (*fn)(bench *), bench *b, double out[3], int64_t *misses) {
     double t[RUNS];
     fn(b);
+    int64_t before = driver_work();
     for (int i = 0; i < RUNS; i++) t[i] = fn(b);
+    *misses = driver_work() - before;
     qsort(t, RUNS, sizeof *t, cmp_double);
     out[0] = t[RUNS / 2];
     out[1] = t[0];
@@ -141,9 +154,10 @@ int main(int argc, char **argv) {
     check("xsa_init", xsa_init(conf));
     const char *env = getenv("XSALLOC_CONF"), *shown = conf ? conf : env ? env : "";
     double pair[3], slots[3];
-    measure(run_pair, &b, pair);
+    int64_t pair_misses, slots_misses;
+    measure(run_pair, &b, pair, &pair_misses);
     setup_slots(&b);
-    measure(run_slots, &b, slots);
+    measure(run_slots, &b, slots, &slots_misses);
     printf("Hot path (driver %s, conf '%s', %ld ops a run, median of %d runs after a warm-up)\n\n",
            xsa_driver_name(), shown, b.ops, RUNS);
     printf("| %-40s | %9s | %13s | %7s | %10s | %15s |\n", "pattern", "xsalloc", "(min-max)",
@@ -155,8 +169,11 @@ int main(int argc, char **argv) {
     printf("| %-40s | %9.0f | %5.0f - %5.0f | %7d | %10d | %15d |\n",
            "64 live slots, 512 B-64 MiB (ns an op)", slots[0], slots[1], slots[2], 947, 1239, 2854);
     printf("\nPyTorch 2.11 figures on an H100 from benchmarks/traces/README.md.\n");
-    printf("{\"driver\": \"%s\", \"conf\": \"%s\", \"ops\": %ld, \"pair_ns\": %.1f, \"slots_ns\": %.1f}\n",
-           xsa_driver_name(), shown, b.ops, pair[0], slots[0]);
+    printf("\nTimed calls that went to the driver: %lld (pair), %lld (slots).\n", (long long)pair_misses,
+           (long long)slots_misses);
+    printf("{\"driver\": \"%s\", \"conf\": \"%s\", \"ops\": %ld, \"pair_ns\": %.1f, \"slots_ns\": %.1f"
+           ", \"pair_misses\": %lld, \"slots_misses\": %lld}\n",
+           xsa_driver_name(), shown, b.ops, pair[0], slots[0], (long long)pair_misses, (long long)slots_misses);
     for (int i = 0; i < SLOTS; i++) check("xsa_free", xsa_free(b.slot[i]));
     free(b.seq);
     check("xsa_shutdown", xsa_shutdown());

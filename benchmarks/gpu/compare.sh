@@ -11,8 +11,10 @@
 # expandable_segments, one process each, since PyTorch reads
 # PYTORCH_CUDA_ALLOC_CONF once); time the hot path through xsalloc, PyTorch's
 # C++ entry points and cudaMallocAsync; print the table (torch_bench.py
-# table). Every result is one JSON line in $OUT/results.jsonl. Takes about
-# 2-4 minutes on an H100 (most of it the extension build and torch imports).
+# table). Every result is one JSON line in $OUT/results.jsonl. Replays and
+# hot paths are repeated (REPS, HOT_REPS) because the host's timings vary
+# between processes. Takes about 5-6 minutes on an H100 (most of it torch
+# imports and the extension build).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,7 +23,8 @@ OUT=${OUT:-$(mktemp -d /tmp/xsa-compare.XXXXXX)}
 BUILD="$OUT/build"
 RES="$OUT/results.jsonl"
 OPS=${OPS:-200000}
-REPS=${REPS:-5} # xsalloc replays per mode, interleaved: the time table takes the median
+REPS=${REPS:-5}         # xsalloc replays per mode, interleaved: the time table takes the median
+HOT_REPS=${HOT_REPS:-5} # hot-path processes per allocator, interleaved: the table takes the median
 DRIVER=${DRIVER:-cuda} # DRIVER=sim: a dry run of xsalloc's side on a machine without a GPU
 PY=${PYTHON:-python3}
 BENCH="$ROOT/benchmarks/gpu/torch_bench.py"
@@ -90,20 +93,26 @@ replays() {
     done
 }
 
+# Every hot-path process runs pinned to one core (PIN_CORE, when taskset is
+# there), HOT_REPS times, allocators interleaved: between processes the
+# host's timings vary up to 2x, so the table takes each allocator's median.
 hotpaths() {
-    local mode conf
-    for m in "${MODES[@]}"; do
-        read -r mode conf <<<"$m"
-        log "hot path: xsalloc $mode"
-        "$BUILD/hotpath" --driver "$DRIVER" --conf "$conf" --ops "$OPS" | tail -n 1 |
-            tag "\"kind\": \"hotpath\", \"tool\": \"xsalloc\", \"mode\": \"$mode\"" >>"$RES" || failed=1
+    local mode conf rep pin=()
+    command -v taskset >/dev/null && pin=(taskset -c "${PIN_CORE:-2}")
+    for ((rep = 1; rep <= HOT_REPS; rep++)); do
+        for m in "${MODES[@]}"; do
+            read -r mode conf <<<"$m"
+            log "hot path: xsalloc $mode ($rep/$HOT_REPS)"
+            "${pin[@]}" "$BUILD/hotpath" --driver "$DRIVER" --conf "$conf" --ops "$OPS" | tail -n 1 |
+                tag "\"kind\": \"hotpath\", \"tool\": \"xsalloc\", \"mode\": \"$mode\", \"rep\": $rep" >>"$RES" || failed=1
+        done
+        log "hot path: PyTorch native and cudaMallocAsync ($rep/$HOT_REPS; the first builds the extension)"
+        env -u PYTORCH_CUDA_ALLOC_CONF "${pin[@]}" "$PY" "$BENCH" hotpath --mode native --ops "$OPS" \
+            --with-async --build-dir "$BUILD/ext" >>"$RES" || failed=1
+        log "hot path: PyTorch expandable_segments ($rep/$HOT_REPS)"
+        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "${pin[@]}" "$PY" "$BENCH" hotpath \
+            --mode expandable --ops "$OPS" --build-dir "$BUILD/ext" >>"$RES" || failed=1
     done
-    log "hot path: PyTorch native and cudaMallocAsync (builds the extension)"
-    env -u PYTORCH_CUDA_ALLOC_CONF "$PY" "$BENCH" hotpath --mode native --ops "$OPS" --with-async \
-        --build-dir "$BUILD/ext" >>"$RES" || failed=1
-    log "hot path: PyTorch expandable_segments"
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$BENCH" hotpath --mode expandable \
-        --ops "$OPS" --build-dir "$BUILD/ext" >>"$RES" || failed=1
 }
 
 # A failed step is reported and the others still run: partial tables help.
