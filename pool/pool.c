@@ -63,8 +63,13 @@ void xsa_pool_unlink_segment(xsa_pool *p, xsa_seg *s) {
 
 static void adjust_inactive_split(xsa_pool *p, xsa_block *b, int sign) {
     if (!xsa_block_is_split(b)) return;
-    xsa_stats_update(p->stats.inactive_split, b->seg->kind, sign);
-    xsa_stats_update(p->stats.inactive_split_bytes, b->seg->kind, sign * (int64_t)b->size);
+    if (sign > 0) {
+        xsa_stats_add(p->stats.inactive_split, b->seg->kind, 1);
+        xsa_stats_add(p->stats.inactive_split_bytes, b->seg->kind, (int64_t)b->size);
+    } else {
+        xsa_stats_sub(p->stats.inactive_split, b->seg->kind, 1);
+        xsa_stats_sub(p->stats.inactive_split_bytes, b->seg->kind, (int64_t)b->size);
+    }
 }
 
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
@@ -246,11 +251,11 @@ static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size
     b->requested = requested;
     xsa_ptr_map_insert(&p->allocated, b->ptr, b); /* room was reserved */
     p->live_blocks++;
-    xsa_stats_update(p->stats.allocation, kind, 1);
-    xsa_stats_update(p->stats.allocated_bytes, kind, (int64_t)b->size);
-    xsa_stats_update(p->stats.active, kind, 1);
-    xsa_stats_update(p->stats.active_bytes, kind, (int64_t)b->size);
-    xsa_stats_update(p->stats.requested_bytes, kind, (int64_t)requested);
+    xsa_stats_add(p->stats.allocation, kind, 1);
+    xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);
+    xsa_stats_add(p->stats.active, kind, 1);
+    xsa_stats_add(p->stats.active_bytes, kind, (int64_t)b->size);
+    xsa_stats_add(p->stats.requested_bytes, kind, (int64_t)requested);
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, 1);
     return b;
 }
@@ -445,8 +450,8 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     try_merge(p, b, b->next);
     xsa_pool_insert_free(p, b);
     p->live_blocks--;
-    xsa_stats_update(p->stats.active, kind, -1);
-    xsa_stats_update(p->stats.active_bytes, kind, -(int64_t)original);
+    xsa_stats_sub(p->stats.active, kind, 1);
+    xsa_stats_sub(p->stats.active_bytes, kind, (int64_t)original);
 }
 
 /* The allocation that contains ptr, for error messages (slow path). */
@@ -488,9 +493,9 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
     xsa_stream stream = b->stream;
     XSA_OBSERVE(p, XSA_OBS_FREE_REQUESTED, kind, b->ptr, requested, size, stream);
     b->allocated = false;
-    xsa_stats_update(p->stats.allocation, kind, -1);
-    xsa_stats_update(p->stats.allocated_bytes, kind, -(int64_t)b->size);
-    xsa_stats_update(p->stats.requested_bytes, kind, -(int64_t)b->requested);
+    xsa_stats_sub(p->stats.allocation, kind, 1);
+    xsa_stats_sub(p->stats.allocated_bytes, kind, (int64_t)b->size);
+    xsa_stats_sub(p->stats.requested_bytes, kind, (int64_t)b->requested);
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
     if (b->ipc_exports)
         xsa_ipc_poll(p); /* returns b to the cache if its exports are over */

@@ -89,10 +89,39 @@ static inline void xsa_stat_update(xsa_stat *stat, int64_t amount) {
         stat->freed -= amount;
 }
 
+/* The stat of a pool kind: XSA_STAT_SMALL_POOL / XSA_STAT_LARGE_POOL follow
+ * XSA_STAT_ALL in the kinds' order. */
+_Static_assert(XSA_STAT_SMALL_POOL == 1 + XSA_POOL_SMALL && XSA_STAT_LARGE_POOL == 1 + XSA_POOL_LARGE,
+               "stat types follow the pool kinds");
+
 /* Which stats a pool kind updates: all + its own. */
 static inline void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
     xsa_stat_update(&stat_by_type[XSA_STAT_ALL], amount);
-    xsa_stat_update(&stat_by_type[kind == XSA_POOL_SMALL ? XSA_STAT_SMALL_POOL : XSA_STAT_LARGE_POOL], amount);
+    xsa_stat_update(&stat_by_type[1 + kind], amount);
+}
+
+/* The same for an amount known to be >= 0 (add) or removed (sub): the
+ * malloc/free path updates about thirty stats a pair, so the sign test and,
+ * for sub, the peak test are left out. */
+static inline void xsa_stat_add(xsa_stat *stat, int64_t amount) {
+    stat->current += amount;
+    stat->allocated += amount;
+    if (stat->current > stat->peak) stat->peak = stat->current;
+}
+
+static inline void xsa_stat_sub(xsa_stat *stat, int64_t amount) {
+    stat->current -= amount;
+    stat->freed += amount;
+}
+
+static inline void xsa_stats_add(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
+    xsa_stat_add(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat_add(&stat_by_type[1 + kind], amount);
+}
+
+static inline void xsa_stats_sub(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
+    xsa_stat_sub(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat_sub(&stat_by_type[1 + kind], amount);
 }
 
 /* Free-set membership with the inactive_split accounting it implies. */
