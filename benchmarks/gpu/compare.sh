@@ -93,12 +93,13 @@ replays() {
     done
 }
 
-# Every hot-path process runs pinned to one core (PIN_CORE, when taskset is
-# there), HOT_REPS times, allocators interleaved: between processes the
-# host's timings vary up to 2x, so the table takes each allocator's median.
+# Every hot-path process runs HOT_REPS times, allocators interleaved (pinned
+# to core PIN_CORE when it is set): between processes the host's timings
+# vary up to 2x, so the table takes each allocator's median. Pinning did not
+# help on the H100 host (results/2026-11-23-h100-hotpath/), so it is off.
 hotpaths() {
     local mode conf rep pin=()
-    command -v taskset >/dev/null && pin=(taskset -c "${PIN_CORE:-2}")
+    [ -n "${PIN_CORE:-}" ] && command -v taskset >/dev/null && pin=(taskset -c "$PIN_CORE")
     for ((rep = 1; rep <= HOT_REPS; rep++)); do
         for m in "${MODES[@]}"; do
             read -r mode conf <<<"$m"
