@@ -1,6 +1,8 @@
 /* pool/block: block records and their recycler (design in block.h). */
 #include "pool/block.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,4 +46,12 @@ bool xsa_block_add_stream_use(xsa_block *b, xsa_stream stream) {
     }
     b->stream_uses[b->n_stream_uses++] = stream;
     return true;
+}
+
+int xsa_check_fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return 0;
 }

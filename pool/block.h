@@ -61,4 +61,7 @@ void xsa_block_cache_clear(xsa_block_cache *c);
  * out of host memory. */
 bool xsa_block_add_stream_use(xsa_block *b, xsa_stream stream);
 
+/* The invariant checkers' failure: writes the sentence into err, returns 0. */
+int xsa_check_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -6,8 +6,6 @@
  */
 #include "pool/pool_internal.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 typedef struct recount {
@@ -19,31 +17,23 @@ typedef struct recount {
     size_t pending_events, live_blocks, oversize_allocations, oversize_segments, blocks, ipc_exports;
 } recount;
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return 0;
-}
-
 static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, recount *c, char *err, size_t n) {
     int k = s->kind;
-    if (b->seg != s) return fail(err, n, "block %#lx: points to another segment", (unsigned long)b->ptr);
-    if (b->size == 0 || b->size % XSA_MIN_BLOCK_SIZE) return fail(err, n, "block %#lx: size %zu", (unsigned long)b->ptr, b->size);
-    if (b->stream != s->stream) return fail(err, n, "block %#lx: stream differs from its segment's", (unsigned long)b->ptr);
+    if (b->seg != s) return xsa_check_fail(err, n, "block %#lx: points to another segment", (unsigned long)b->ptr);
+    if (b->size == 0 || b->size % XSA_MIN_BLOCK_SIZE) return xsa_check_fail(err, n, "block %#lx: size %zu", (unsigned long)b->ptr, b->size);
+    if (b->stream != s->stream) return xsa_check_fail(err, n, "block %#lx: stream differs from its segment's", (unsigned long)b->ptr);
     bool pending = !b->allocated && xsa_block_in_use(b);
     bool free_block = !xsa_block_in_use(b) && b->mapped;
-    if (b->allocated && b->event_count) return fail(err, n, "block %#lx: allocated with events", (unsigned long)b->ptr);
+    if (b->allocated && b->event_count) return xsa_check_fail(err, n, "block %#lx: allocated with events", (unsigned long)b->ptr);
     if (b->in_free_set != free_block)
-        return fail(err, n, "block %#lx: in_free_set=%d but free=%d", (unsigned long)b->ptr, b->in_free_set, free_block);
+        return xsa_check_fail(err, n, "block %#lx: in_free_set=%d but free=%d", (unsigned long)b->ptr, b->in_free_set, free_block);
     if (xsa_ptr_map_get(&p->allocated, b->ptr) != (b->allocated ? b : NULL))
-        return fail(err, n, "block %#lx: pointer map disagrees (allocated=%d)", (unsigned long)b->ptr, b->allocated);
-    if (!b->mapped && (b->allocated || pending)) return fail(err, n, "block %#lx: unmapped but in use", (unsigned long)b->ptr);
+        return xsa_check_fail(err, n, "block %#lx: pointer map disagrees (allocated=%d)", (unsigned long)b->ptr, b->allocated);
+    if (!b->mapped && (b->allocated || pending)) return xsa_check_fail(err, n, "block %#lx: unmapped but in use", (unsigned long)b->ptr);
     if (b->next && b->mapped == b->next->mapped && !b->mapped)
-        return fail(err, n, "block %#lx: two adjacent unmapped blocks", (unsigned long)b->ptr);
+        return xsa_check_fail(err, n, "block %#lx: two adjacent unmapped blocks", (unsigned long)b->ptr);
     if (free_block && b->next && !xsa_block_in_use(b->next) && b->next->mapped)
-        return fail(err, n, "block %#lx: two adjacent free blocks were not merged", (unsigned long)b->ptr);
+        return xsa_check_fail(err, n, "block %#lx: two adjacent free blocks were not merged", (unsigned long)b->ptr);
     if (b->allocated) {
         c->allocation[k]++;
         c->allocated_bytes[k] += (int64_t)b->size;
@@ -51,7 +41,7 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
         if (b->size >= p->opt.max_split_size) c->oversize_allocations++;
     }
     if (b->ipc_exports < 0 || (b->ipc_exports && !s->expandable))
-        return fail(err, n, "block %#lx: %d IPC exports in a %s segment", (unsigned long)b->ptr, b->ipc_exports,
+        return xsa_check_fail(err, n, "block %#lx: %d IPC exports in a %s segment", (unsigned long)b->ptr, b->ipc_exports,
                     s->expandable ? "expandable" : "classic");
     c->ipc_exports += (size_t)b->ipc_exports;
     if (b->allocated || pending) {
@@ -76,10 +66,10 @@ static int check_pages(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     size_t page = p->page_size;
     size_t first = (b->ptr - s->base) / page, last = (b->ptr + b->size - 1 - s->base) / page;
     if (!b->mapped && ((b->ptr - s->base) % page || b->size % page))
-        return fail(err, n, "unmapped block %#lx: not page aligned", (unsigned long)b->ptr);
+        return xsa_check_fail(err, n, "unmapped block %#lx: not page aligned", (unsigned long)b->ptr);
     for (size_t pg = first; pg <= last; pg++)
         if (xsa_segment_page_mapped(&s->vm, pg) != b->mapped)
-            return fail(err, n, "block %#lx (mapped=%d): page %zu is %smapped", (unsigned long)b->ptr, b->mapped, pg,
+            return xsa_check_fail(err, n, "block %#lx (mapped=%d): page %zu is %smapped", (unsigned long)b->ptr, b->mapped, pg,
                         b->mapped ? "un" : "");
     return 1;
 }
@@ -90,7 +80,7 @@ static int check_access(const xsa_pool *p, const xsa_seg *s, char *err, size_t n
         int k = 0;
         while (k < s->vm.n_access && s->vm.access[k] != p->peers[i]) k++;
         if (k == s->vm.n_access)
-            return fail(err, n, "segment %#lx: peer device %d is missing from its access list", (unsigned long)s->base,
+            return xsa_check_fail(err, n, "segment %#lx: peer device %d is missing from its access list", (unsigned long)s->base,
                         p->peers[i]);
     }
     return 1;
@@ -98,18 +88,18 @@ static int check_access(const xsa_pool *p, const xsa_seg *s, char *err, size_t n
 
 static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *err, size_t n) {
     if (!s->first || s->first->prev || s->first->ptr != s->base)
-        return fail(err, n, "segment %#lx: first block is not at its base", (unsigned long)s->base);
+        return xsa_check_fail(err, n, "segment %#lx: first block is not at its base", (unsigned long)s->base);
     uintptr_t at = s->base;
     for (const xsa_block *b = s->first; b; b = b->next) {
-        if (b->ptr != at) return fail(err, n, "segment %#lx: gap or overlap at %#lx", (unsigned long)s->base, (unsigned long)at);
-        if (b->next && b->next->prev != b) return fail(err, n, "block %#lx: next->prev broken", (unsigned long)b->ptr);
+        if (b->ptr != at) return xsa_check_fail(err, n, "segment %#lx: gap or overlap at %#lx", (unsigned long)s->base, (unsigned long)at);
+        if (b->next && b->next->prev != b) return xsa_check_fail(err, n, "block %#lx: next->prev broken", (unsigned long)b->ptr);
         c->blocks++;
         if (!check_block(p, s, b, c, err, n)) return 0;
         if (s->expandable && !check_pages(p, s, b, err, n)) return 0;
-        if (!s->expandable && !b->mapped) return fail(err, n, "classic block %#lx unmapped", (unsigned long)b->ptr);
+        if (!s->expandable && !b->mapped) return xsa_check_fail(err, n, "classic block %#lx unmapped", (unsigned long)b->ptr);
         at += b->size;
     }
-    if (at != s->base + s->size) return fail(err, n, "segment %#lx: blocks cover %zu of %zu bytes", (unsigned long)s->base, (size_t)(at - s->base), s->size);
+    if (at != s->base + s->size) return xsa_check_fail(err, n, "segment %#lx: blocks cover %zu of %zu bytes", (unsigned long)s->base, (size_t)(at - s->base), s->size);
     size_t bytes = s->size;
     if (s->expandable) {
         if (!xsa_segment_check(&s->vm, err, n) || !check_access(p, s, err, n)) return 0;
@@ -132,14 +122,14 @@ static int check_free_set(const xsa_pool *p, int kind, const recount *c, char *e
     for (const xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b)) {
         if (prev && !((uintptr_t)prev->stream < (uintptr_t)b->stream ||
                       (prev->stream == b->stream && (prev->size < b->size || (prev->size == b->size && prev->ptr < b->ptr)))))
-            return fail(err, n, "free set %d: out of order at %#lx", kind, (unsigned long)b->ptr);
-        if ((int)b->seg->kind != kind) return fail(err, n, "free set %d holds a block of the other pool", kind);
+            return xsa_check_fail(err, n, "free set %d: out of order at %#lx", kind, (unsigned long)b->ptr);
+        if ((int)b->seg->kind != kind) return xsa_check_fail(err, n, "free set %d holds a block of the other pool", kind);
         count++;
         bytes += b->size;
         prev = b;
     }
     if (count != set->count || count != c->free_blocks[kind] || bytes != set->bytes || bytes != c->free_bytes[kind])
-        return fail(err, n, "free set %d: %zu blocks/%zu bytes walked, %zu/%zu counted, %zu/%zu free in segments", kind,
+        return xsa_check_fail(err, n, "free set %d: %zu blocks/%zu bytes walked, %zu/%zu counted, %zu/%zu free in segments", kind,
                     count, bytes, set->count, set->bytes, c->free_blocks[kind], c->free_bytes[kind]);
     size_t segments = 0;
     for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
@@ -147,12 +137,12 @@ static int check_free_set(const xsa_pool *p, int kind, const recount *c, char *e
         size_t same = 0;
         for (const xsa_seg *t = p->segments; t; t = t->next_seg) same += t->kind == s->kind && t->stream == s->stream;
         if (xsa_free_set_segments(set, s->stream) != same)
-            return fail(err, n, "free set %d: stream %p attached %zu times for %zu segments", kind, s->stream,
+            return xsa_check_fail(err, n, "free set %d: stream %p attached %zu times for %zu segments", kind, s->stream,
                         xsa_free_set_segments(set, s->stream), same);
         segments++;
     }
     if (segments != set->segments)
-        return fail(err, n, "free set %d: %zu segments attached, %zu exist", kind, set->segments, segments);
+        return xsa_check_fail(err, n, "free set %d: %zu segments attached, %zu exist", kind, set->segments, segments);
     return 1;
 }
 
@@ -160,13 +150,13 @@ static int check_stat(const char *name, const xsa_stat *by_type, const int64_t *
     int64_t small = recount_by_kind[XSA_POOL_SMALL], large = recount_by_kind[XSA_POOL_LARGE];
     if (by_type[XSA_STAT_SMALL_POOL].current != small || by_type[XSA_STAT_LARGE_POOL].current != large ||
         by_type[XSA_STAT_ALL].current != small + large)
-        return fail(err, n, "stat %s: current %lld (small %lld, large %lld) but recount %lld (small %lld, large %lld)", name,
+        return xsa_check_fail(err, n, "stat %s: current %lld (small %lld, large %lld) but recount %lld (small %lld, large %lld)", name,
                     (long long)by_type[XSA_STAT_ALL].current, (long long)by_type[XSA_STAT_SMALL_POOL].current,
                     (long long)by_type[XSA_STAT_LARGE_POOL].current, (long long)(small + large), (long long)small,
                     (long long)large);
     for (int t = 0; t < XSA_STAT_TYPES; t++)
         if (by_type[t].peak < by_type[t].current)
-            return fail(err, n, "stat %s[%d]: peak below current", name, t);
+            return xsa_check_fail(err, n, "stat %s[%d]: peak below current", name, t);
     return 1;
 }
 
@@ -178,12 +168,12 @@ static int check_exports(const xsa_pool *p, const recount *c, char *err, size_t 
         int same = 0;
         for (const xsa_export *f = p->exports; f; f = f->next) same += f->block == e->block;
         if (same != e->block->ipc_exports)
-            return fail(err, n, "block %#lx: %d IPC exports counted, %d recorded", (unsigned long)e->block->ptr,
+            return xsa_check_fail(err, n, "block %#lx: %d IPC exports counted, %d recorded", (unsigned long)e->block->ptr,
                         e->block->ipc_exports, same);
         records++;
     }
     if (records != c->ipc_exports)
-        return fail(err, n, "%zu IPC export records, blocks count %zu", records, c->ipc_exports);
+        return xsa_check_fail(err, n, "%zu IPC export records, blocks count %zu", records, c->ipc_exports);
     return 1;
 }
 
@@ -207,14 +197,14 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
         !check_stat("reserved_bytes", st->reserved_bytes, c.reserved_bytes, err, n))
         return 0;
     if ((int64_t)p->reserved != st->reserved_bytes[XSA_STAT_ALL].current)
-        return fail(err, n, "reserved %zu but reserved_bytes stat %lld", p->reserved, (long long)st->reserved_bytes[XSA_STAT_ALL].current);
-    if (c.live_blocks != p->live_blocks) return fail(err, n, "live blocks %zu, recount %zu", p->live_blocks, c.live_blocks);
+        return xsa_check_fail(err, n, "reserved %zu but reserved_bytes stat %lld", p->reserved, (long long)st->reserved_bytes[XSA_STAT_ALL].current);
+    if (c.live_blocks != p->live_blocks) return xsa_check_fail(err, n, "live blocks %zu, recount %zu", p->live_blocks, c.live_blocks);
     if ((size_t)(c.allocation[0] + c.allocation[1]) != p->allocated.count)
-        return fail(err, n, "pointer map holds %zu, allocated blocks %lld", p->allocated.count, (long long)(c.allocation[0] + c.allocation[1]));
+        return xsa_check_fail(err, n, "pointer map holds %zu, allocated blocks %lld", p->allocated.count, (long long)(c.allocation[0] + c.allocation[1]));
     if (c.pending_events != p->events.outstanding)
-        return fail(err, n, "blocks wait for %zu events, queues hold %zu", c.pending_events, p->events.outstanding);
+        return xsa_check_fail(err, n, "blocks wait for %zu events, queues hold %zu", c.pending_events, p->events.outstanding);
     if ((int64_t)c.oversize_allocations != st->oversize_allocations.current || (int64_t)c.oversize_segments != st->oversize_segments.current)
-        return fail(err, n, "oversize stats disagree with a recount");
-    if (p->blocks.live != c.blocks) return fail(err, n, "%zu block records live, %zu in segments", p->blocks.live, c.blocks);
+        return xsa_check_fail(err, n, "oversize stats disagree with a recount");
+    if (p->blocks.live != c.blocks) return xsa_check_fail(err, n, "%zu block records live, %zu in segments", p->blocks.live, c.blocks);
     return 1;
 }

@@ -1,8 +1,6 @@
 /* pool/free_set: size-class index of free blocks (design in free_set.h). */
 #include "pool/free_set.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -323,26 +321,18 @@ typedef struct walk {
     size_t errlen;
 } walk;
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return 0;
-}
-
 static int check_tree(walk *w, const xsa_block *t) {
     if (!t) return 1;
     unsigned long ptr = (unsigned long)t->ptr;
     if ((t->left && t->left->priority > t->priority) || (t->right && t->right->priority > t->priority))
-        return fail(w->err, w->errlen, "free set: block %#lx breaks the heap order", ptr);
+        return xsa_check_fail(w->err, w->errlen, "free set: block %#lx breaks the heap order", ptr);
     if (!check_tree(w, t->left)) return 0;
     if (!t->in_free_set || t->stream != w->x->stream)
-        return fail(w->err, w->errlen, "free set: block %#lx is not marked free or has another stream", ptr);
+        return xsa_check_fail(w->err, w->errlen, "free set: block %#lx is not marked free or has another stream", ptr);
     if (class_of(t->size) != w->c)
-        return fail(w->err, w->errlen, "free set: block %#lx of size %zu is in class %u, not %u", ptr, t->size, w->c,
+        return xsa_check_fail(w->err, w->errlen, "free set: block %#lx of size %zu is in class %u, not %u", ptr, t->size, w->c,
                     class_of(t->size));
-    if (w->prev && !before(w->prev, t)) return fail(w->err, w->errlen, "free set: out of order at %#lx", ptr);
+    if (w->prev && !before(w->prev, t)) return xsa_check_fail(w->err, w->errlen, "free set: out of order at %#lx", ptr);
     w->prev = t;
     w->count++;
     w->bytes += t->size;
@@ -351,14 +341,14 @@ static int check_tree(walk *w, const xsa_block *t) {
 
 static int check_stream(walk *w) {
     const xsa_free_stream *x = w->x;
-    if (!x->segments) return fail(w->err, w->errlen, "free set: stream %p has no segment", x->stream);
+    if (!x->segments) return xsa_check_fail(w->err, w->errlen, "free set: stream %p has no segment", x->stream);
     for (unsigned i = 0; i < N_WORDS; i++)
-        if (!(x->top >> i & 1) != !x->words[i]) return fail(w->err, w->errlen, "free set: top bit %u is wrong", i);
+        if (!(x->top >> i & 1) != !x->words[i]) return xsa_check_fail(w->err, w->errlen, "free set: top bit %u is wrong", i);
     if (x->top >> N_WORDS || (N_CLASSES % 64 && x->words[N_WORDS - 1] >> (N_CLASSES % 64)))
-        return fail(w->err, w->errlen, "free set: bits past the last class");
+        return xsa_check_fail(w->err, w->errlen, "free set: bits past the last class");
     for (w->c = 0; w->c < N_CLASSES; w->c++) {
         if (!(x->words[w->c / 64] >> (w->c % 64) & 1) != !x->root[w->c])
-            return fail(w->err, w->errlen, "free set: class %u: bitmap and tree disagree", w->c);
+            return xsa_check_fail(w->err, w->errlen, "free set: class %u: bitmap and tree disagree", w->c);
         w->prev = NULL;
         if (!check_tree(w, x->root[w->c])) return 0;
     }
@@ -372,16 +362,16 @@ int xsa_free_set_check(const xsa_free_set *s, char *err, size_t errlen) {
     for (size_t i = 0; i < s->n_streams; i++) {
         w.x = s->streams[i];
         if (i && (uintptr_t)s->streams[i - 1]->stream >= (uintptr_t)w.x->stream)
-            return fail(err, errlen, "free set: streams out of order at %p", w.x->stream);
+            return xsa_check_fail(err, errlen, "free set: streams out of order at %p", w.x->stream);
         last_found |= w.x == s->last;
         segments += w.x->segments;
         if (!check_stream(&w)) return 0;
     }
-    if (!last_found) return fail(err, errlen, "free set: the cached stream is not in the set");
+    if (!last_found) return xsa_check_fail(err, errlen, "free set: the cached stream is not in the set");
     if (segments != s->segments)
-        return fail(err, errlen, "free set: %zu segments attached, %zu counted", segments, s->segments);
+        return xsa_check_fail(err, errlen, "free set: %zu segments attached, %zu counted", segments, s->segments);
     if (w.count != s->count || w.bytes != s->bytes)
-        return fail(err, errlen, "free set: %zu blocks/%zu bytes in the classes, %zu/%zu counted", w.count, w.bytes,
+        return xsa_check_fail(err, errlen, "free set: %zu blocks/%zu bytes in the classes, %zu/%zu counted", w.count, w.bytes,
                     s->count, s->bytes);
     return 1;
 }
