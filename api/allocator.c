@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "api/config.h"
+#include "api/device_lock.h"
 #include "api/errors.h"
 #include "api/internal.h"
 #include "api/ipc.h"
@@ -23,7 +24,7 @@
 #include "vmm/sim.h"
 
 typedef struct device_slot {
-    pthread_mutex_t lock;
+    xsa_device_lock lock;
     xsa_pool *pool;          /* created on first use */
     double pending_fraction; /* set before the pool existed; 0 = none */
 } device_slot;
@@ -83,7 +84,7 @@ static xsa_status init_locked(const char *conf) {
     g.drv = d;
     g.devices = count < XSA_MAX_DEVICES ? count : XSA_MAX_DEVICES;
     for (int i = 0; i < g.devices; i++) {
-        pthread_mutex_init(&g.slot[i].lock, NULL);
+        atomic_init(&g.slot[i].lock.state, 0);
         g.slot[i].pool = NULL;
         g.slot[i].pending_fraction = 0;
     }
@@ -115,7 +116,6 @@ xsa_status xsa_shutdown(void) {
         for (int i = 0; i < g.devices; i++) {
             if (g.slot[i].pool) xsa_pool_destroy(g.slot[i].pool);
             g.slot[i].pool = NULL;
-            pthread_mutex_destroy(&g.slot[i].lock);
         }
         xsa_ptr_table_destroy();
         xsa_ranges_clear();
@@ -189,7 +189,7 @@ static void range_released(void *ctx, uintptr_t base) {
  * failure the lock is not held. */
 static xsa_status lock_pool(int device, xsa_pool **out) {
     device_slot *s = &g.slot[device];
-    pthread_mutex_lock(&s->lock);
+    xsa_device_lock_acquire(&s->lock);
     if (!s->pool) {
         const char *warning = NULL;
         xsa_pool_options opt = g.config.pool;
@@ -197,7 +197,7 @@ static xsa_status lock_pool(int device, xsa_pool **out) {
         xsa_pool_status ps = xsa_pool_create(&s->pool, g.drv, device, &opt, &warning, xsa_error_buffer(), XSA_ERROR_MAX);
         if (ps != XSA_POOL_OK) {
             s->pool = NULL;
-            pthread_mutex_unlock(&s->lock);
+            xsa_device_lock_release(&s->lock);
             return from_pool(ps);
         }
         if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
@@ -208,13 +208,13 @@ static xsa_status lock_pool(int device, xsa_pool **out) {
     return XSA_SUCCESS;
 }
 
-static void unlock_pool(int device) { pthread_mutex_unlock(&g.slot[device].lock); }
+static void unlock_pool(int device) { xsa_device_lock_release(&g.slot[device].lock); }
 
 xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool) {
     xsa_status st = check_device(fn, device);
     if (st != XSA_SUCCESS) return st;
     if (create) return lock_pool(device, pool);
-    pthread_mutex_lock(&g.slot[device].lock);
+    xsa_device_lock_acquire(&g.slot[device].lock);
     *pool = g.slot[device].pool;
     return XSA_SUCCESS;
 }
@@ -314,9 +314,9 @@ xsa_status xsa_empty_cache(void) {
     if (st != XSA_SUCCESS) return st;
     for (int d = 0; d < g.devices; d++) {
         device_slot *s = &g.slot[d];
-        pthread_mutex_lock(&s->lock);
+        xsa_device_lock_acquire(&s->lock);
         xsa_pool_status ps = s->pool ? xsa_pool_empty_cache(s->pool, xsa_error_buffer(), XSA_ERROR_MAX) : XSA_POOL_OK;
-        pthread_mutex_unlock(&s->lock);
+        xsa_device_lock_release(&s->lock);
         if (ps != XSA_POOL_OK) return from_pool(ps);
     }
     return xsa_ok();
@@ -338,12 +338,12 @@ xsa_status xsa_set_memory_fraction(double fraction, int device) {
     if (!(fraction > 0.0 && fraction <= 1.0))
         return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in (0, 1]", fraction, device);
     device_slot *s = &g.slot[device];
-    pthread_mutex_lock(&s->lock);
+    xsa_device_lock_acquire(&s->lock);
     if (s->pool)
         xsa_pool_set_memory_fraction(s->pool, fraction);
     else
         s->pending_fraction = fraction;
-    pthread_mutex_unlock(&s->lock);
+    xsa_device_lock_release(&s->lock);
     return xsa_ok();
 }
 
