@@ -178,10 +178,11 @@ static void print_row(const char *trace, int mode, const run *rn) {
     }
     const xsa_replay_result *r = &rn->r;
     char calls[96];
-    snprintf(calls, sizeof calls, "%llu/%llu/%llu/%llu/%llu; %llu/%llu", (unsigned long long)r->create,
-             (unsigned long long)r->map, (unsigned long long)r->unmap, (unsigned long long)r->release,
-             (unsigned long long)r->set_access, (unsigned long long)r->mem_alloc,
-             (unsigned long long)r->mem_free);
+    snprintf(calls, sizeof calls, "%llu/%llu/%llu/%llu/%llu; %llu/%llu",
+             (unsigned long long)XSA_REPLAY_CALLS(r, mem_create), (unsigned long long)XSA_REPLAY_CALLS(r, mem_map),
+             (unsigned long long)XSA_REPLAY_CALLS(r, mem_unmap), (unsigned long long)XSA_REPLAY_CALLS(r, mem_release),
+             (unsigned long long)XSA_REPLAY_CALLS(r, mem_set_access),
+             (unsigned long long)XSA_REPLAY_CALLS(r, mem_alloc), (unsigned long long)XSA_REPLAY_CALLS(r, mem_free));
     printf("| %-22s | %-10s | %7.2f GB | %7.2f GB | %6.3f | %-26s | %8.0f | %-30s |\n", trace,
            modes[mode].name, r->peak_allocated / GB, r->peak_reserved / GB, r->ratio, ref,
            r->ns_per_event, calls);

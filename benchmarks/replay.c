@@ -92,10 +92,11 @@ static void print_json(const char *name, const char *conf, const xsa_replay_resu
            ", \"release\": %llu, \"mem_alloc\": %llu, \"mem_free\": %llu, \"set_access\": %llu"
            ", \"pages_recycled\": %lld, \"num_alloc_retries\": %lld, \"num_ooms\": %lld",
            r->events, (long long)r->peak_allocated, (long long)r->peak_reserved, r->ratio,
-           r->ns_per_event, (unsigned long long)r->create, (unsigned long long)r->map,
-           (unsigned long long)r->unmap, (unsigned long long)r->release,
-           (unsigned long long)r->mem_alloc, (unsigned long long)r->mem_free,
-           (unsigned long long)r->set_access, (long long)r->pages_recycled,
+           r->ns_per_event, (unsigned long long)XSA_REPLAY_CALLS(r, mem_create),
+           (unsigned long long)XSA_REPLAY_CALLS(r, mem_map), (unsigned long long)XSA_REPLAY_CALLS(r, mem_unmap),
+           (unsigned long long)XSA_REPLAY_CALLS(r, mem_release), (unsigned long long)XSA_REPLAY_CALLS(r, mem_alloc),
+           (unsigned long long)XSA_REPLAY_CALLS(r, mem_free), (unsigned long long)XSA_REPLAY_CALLS(r, mem_set_access),
+           (long long)r->pages_recycled,
            (long long)r->num_alloc_retries, (long long)r->num_ooms);
     /* Every entry point called in the loop: {"name": [calls, microseconds]}. */
     printf(", \"driver_calls_us\": {");

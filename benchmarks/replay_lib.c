@@ -115,15 +115,6 @@ static int run_events(replay *rp, xsa_replay_result *r) {
         r->driver_ns[i] = ns_after[i] - ns_before[i];
     }
     r->ns_per_event = n ? elapsed / (double)n : 0;
-#define DELTA(e) (after[XSA_DRV_##e] - before[XSA_DRV_##e])
-    r->create = DELTA(mem_create);
-    r->map = DELTA(mem_map);
-    r->unmap = DELTA(mem_unmap);
-    r->release = DELTA(mem_release);
-    r->mem_alloc = DELTA(mem_alloc);
-    r->mem_free = DELTA(mem_free);
-    r->set_access = DELTA(mem_set_access);
-#undef DELTA
     return 0;
 }
 

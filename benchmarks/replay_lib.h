@@ -29,15 +29,17 @@ typedef struct xsa_replay_result {
     int64_t peak_reserved;    /* reserved_bytes[ALL].peak */
     double ratio;             /* peak_reserved / peak_allocated (0 if nothing allocated) */
     double ns_per_event;      /* wall time of the event loop only */
-    /* Driver calls made during the event loop. */
-    uint64_t create, map, unmap, release, mem_alloc, mem_free, set_access;
-    /* Every entry point's calls and time in the driver during the loop. */
+    /* Every entry point's calls and time in the driver during the loop,
+     * indexed by XSA_DRV_<entry> (XSA_REPLAY_CALLS names one). */
     uint64_t driver_calls[XSA_DRV_COUNT];
     uint64_t driver_ns[XSA_DRV_COUNT];
     int64_t pages_recycled;
     int64_t num_alloc_retries;
     int64_t num_ooms;
 } xsa_replay_result;
+
+/* Calls of one entry point during the loop, e.g. XSA_REPLAY_CALLS(r, mem_create). */
+#define XSA_REPLAY_CALLS(r, entry) ((r)->driver_calls[XSA_DRV_##entry])
 
 /*
  * Replays `t` on device 0 with driver `driver` ("cuda", "sim" or NULL for
