@@ -22,6 +22,7 @@
 
 #include "benchmarks/replay_lib.h"
 #include "benchmarks/trace.h"
+#include "tests/sim_empty.h"
 #include "vmm/sim.h"
 
 #define MiB ((size_t)1 << 20)
@@ -40,16 +41,10 @@ static void device(size_t capacity) {
     assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
 }
 
-static void expect_driver_empty(void) {
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    assert_int_equal(u.handles + u.reservations + u.mem_allocs + u.events, 0);
-}
-
 static int replay(size_t capacity, const char *conf, xsa_replay_result *r) {
     device(capacity);
     int rc = xsa_replay(&trace, conf, "sim", r, NULL, err, sizeof err);
-    expect_driver_empty();
+    xsa_fixture_expect_sim_empty();
     return rc;
 }
 

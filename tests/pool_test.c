@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "pool/pool.h"
+#include "tests/sim_empty.h"
 #include "vmm/sim.h"
 
 #define KiB ((size_t)1 << 10)
@@ -74,13 +75,7 @@ static xsa_device_stats stats(xsa_pool *p) {
 
 static void teardown(xsa_pool *p) {
     xsa_pool_destroy(p);
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    assert_int_equal(u.handles, 0);
-    assert_int_equal(u.mapped_bytes, 0);
-    assert_int_equal(u.reservations, 0);
-    assert_int_equal(u.mem_allocs, 0);
-    assert_int_equal(u.events, 0);
+    xsa_fixture_expect_sim_empty();
 }
 
 /* ---- rounding ---- */

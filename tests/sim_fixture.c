@@ -25,11 +25,5 @@ void xsa_fixture_use_sim(int devices, size_t capacity) {
 
 void xsa_fixture_shutdown_and_expect_empty(void) {
     xsa_shutdown();
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    assert_int_equal(u.handles, 0);
-    assert_int_equal(u.mapped_bytes, 0);
-    assert_int_equal(u.reservations, 0);
-    assert_int_equal(u.mem_allocs, 0);
-    assert_int_equal(u.events, 0);
+    xsa_fixture_expect_sim_empty();
 }

@@ -9,12 +9,14 @@
 
 #include <stddef.h>
 
+#include "tests/sim_empty.h"
+
 /* xsa_shutdown, then the simulated driver with `devices` devices of
  * `capacity` bytes (other settings default) chosen for the next init, with
  * XSALLOC_CONF unset. */
 void xsa_fixture_use_sim(int devices, size_t capacity);
 
-/* xsa_shutdown, then cmocka assertions on the simulated driver's usage. */
+/* xsa_shutdown, then xsa_fixture_expect_sim_empty (tests/sim_empty.h). */
 void xsa_fixture_shutdown_and_expect_empty(void);
 
 #endif

@@ -168,9 +168,7 @@ static void test_threads(void **state) {
                   THREADS, ops_per_thread, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
                   (long long)s.allocation[XSA_STAT_ALL].allocated, (long long)s.num_sync_all_streams);
     assert_int_equal(xsa_shutdown(), XSA_SUCCESS);
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    assert_int_equal(u.handles + u.mapped_bytes + u.reservations + u.mem_allocs + u.events, 0);
+    xsa_fixture_expect_sim_empty();
 }
 
 int main(int argc, char **argv) {
