@@ -23,25 +23,27 @@ typedef void (*format_fn)(char *buf, size_t n, int64_t value, double reference);
 
 static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
-static void format_size(char *buf, size_t n, int64_t value, double reference) {
-    static const char *const units[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+/* PyTorch's unit choice (see above): divide by `base` while the reference
+ * is at least `threshold`; returns the unit index. */
+static size_t scale(int64_t *value, double reference, double threshold, int64_t base, size_t n_units) {
     size_t u = 0;
-    while (u + 1 < sizeof units / sizeof units[0] && reference >= 768 * 1024) {
-        value = floor_div(value, 1024);
-        reference /= 1024;
+    while (u + 1 < n_units && reference >= threshold) {
+        *value = floor_div(*value, base);
+        reference /= (double)base;
         u++;
     }
+    return u;
+}
+
+static void format_size(char *buf, size_t n, int64_t value, double reference) {
+    static const char *const units[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    size_t u = scale(&value, reference, 768 * 1024, 1024, sizeof units / sizeof units[0]);
     snprintf(buf, n, "%6lld %s", (long long)value, units[u]);
 }
 
 static void format_count(char *buf, size_t n, int64_t value, double reference) {
     static const char *const units[] = {" ", "K", "M"};
-    size_t u = 0;
-    while (u + 1 < sizeof units / sizeof units[0] && reference >= 750 * 1000) {
-        value = floor_div(value, 1000);
-        reference /= 1000;
-        u++;
-    }
+    size_t u = scale(&value, reference, 750 * 1000, 1000, sizeof units / sizeof units[0]);
     snprintf(buf, n, "%7lld %s ", (long long)value, units[u]);
 }
 
