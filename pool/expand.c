@@ -228,8 +228,6 @@ bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
         xsa_block_delete(&p->blocks, b);
         b = next;
     }
-    xsa_free_set_detach(&p->free[s->kind], s->stream);
-    xsa_pool_unlink_segment(p, s);
-    free(s);
+    xsa_pool_drop_segment(p, s);
     return true;
 }

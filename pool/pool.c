@@ -53,12 +53,14 @@ void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s) {
     p->segments = s;
 }
 
-void xsa_pool_unlink_segment(xsa_pool *p, xsa_seg *s) {
+void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s) {
     if (s->prev_seg)
         s->prev_seg->next_seg = s->next_seg;
     else
         p->segments = s->next_seg;
     if (s->next_seg) s->next_seg->prev_seg = s->prev_seg;
+    xsa_free_set_detach(&p->free[s->kind], s->stream);
+    free(s);
 }
 
 static void adjust_inactive_split(xsa_pool *p, xsa_block *b, int sign) {
@@ -165,7 +167,6 @@ void xsa_pool_destroy(xsa_pool *p) {
     xsa_ipc_destroy(p);
     while (p->segments) {
         xsa_seg *s = p->segments;
-        xsa_pool_unlink_segment(p, s);
         if (s->expandable) {
             if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
             xsa_recycle_forget_segment(p, s);
@@ -174,7 +175,7 @@ void xsa_pool_destroy(xsa_pool *p) {
         else
             XSA_DRV(p->drv, mem_free, s->base);
         free_segment_blocks(p, s);
-        free(s);
+        xsa_pool_drop_segment(p, s);
     }
     for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&p->free[k]);
     xsa_block_cache_clear(&p->blocks);

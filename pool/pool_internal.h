@@ -194,17 +194,17 @@ xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b);
 /* New segments: records of (kind, stream), with the stream attached to the
  * free set (NULL if out of host memory, err set), their release when the
  * driver call failed (the status to return), and the segment filled in as
- * one block covering it and linked. Whatever frees a segment detaches its
- * stream. */
+ * one block covering it and linked (xsa_pool_drop_segment ends it). */
 xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_block **b, char *err,
                               size_t errlen);
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen);
 void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size);
 
-/* Segment list. */
+/* Segment list. drop is the end of a linked segment's record: out of the
+ * list, its stream detached from the free set, freed (its blocks are gone). */
 void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s);
-void xsa_pool_unlink_segment(xsa_pool *p, xsa_seg *s);
+void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s);
 
 /* Writes "<call> failed: <driver's text>" into err. */
 void xsa_pool_driver_error(xsa_pool *p, const char *call, xsa_cu_result r, char *err, size_t errlen);

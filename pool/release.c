@@ -25,10 +25,8 @@ xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     if (s->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_segments, -1);
     p->stats.num_device_free++;
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_FREE, s->kind, s->base, s->size, s->size, s->stream);
-    xsa_free_set_detach(&p->free[s->kind], s->stream);
-    xsa_pool_unlink_segment(p, s);
     xsa_block_delete(&p->blocks, b);
-    free(s);
+    xsa_pool_drop_segment(p, s);
     return XSA_CU_SUCCESS;
 }
 
