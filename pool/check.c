@@ -199,6 +199,7 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
     if ((int64_t)p->reserved != st->reserved_bytes[XSA_STAT_ALL].current)
         return xsa_check_fail(err, n, "reserved %zu but reserved_bytes stat %lld", p->reserved, (long long)st->reserved_bytes[XSA_STAT_ALL].current);
     if (c.live_blocks != p->live_blocks) return xsa_check_fail(err, n, "live blocks %zu, recount %zu", p->live_blocks, c.live_blocks);
+    if (!xsa_ptr_map_check(&p->allocated, err, n)) return 0;
     if ((size_t)(c.allocation[0] + c.allocation[1]) != p->allocated.count)
         return xsa_check_fail(err, n, "pointer map holds %zu, allocated blocks %lld", p->allocated.count, (long long)(c.allocation[0] + c.allocation[1]));
     if (c.pending_events != p->events.outstanding)

@@ -250,7 +250,7 @@ static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size
     }
     b->allocated = true;
     b->requested = requested;
-    xsa_ptr_map_insert(&p->allocated, b->ptr, b); /* room was reserved */
+    xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
     p->live_blocks++;
     xsa_stats_add(p->stats.allocation, kind, 1);
     xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);

@@ -3,14 +3,13 @@
 
 #include <stdlib.h>
 
-static size_t slot_of(uintptr_t key, size_t mask) {
-    /* Block addresses are 512-aligned: mix the bits before masking. */
-    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 32) & mask;
-}
+#include "pool/block.h"
+
+#define INITIAL_LOG 8
 
 bool xsa_ptr_map_init(xsa_ptr_map *m) {
-    m->mask = 255;
+    m->mask = ((size_t)1 << INITIAL_LOG) - 1;
+    m->shift = 64 - INITIAL_LOG;
     m->count = 0;
     m->slots = calloc(m->mask + 1, sizeof *m->slots);
     return m->slots != NULL;
@@ -22,58 +21,31 @@ void xsa_ptr_map_destroy(xsa_ptr_map *m) {
     m->count = 0;
 }
 
-static void put(xsa_ptr_map_slot *slots, size_t mask, uintptr_t key, void *value) {
-    size_t i = slot_of(key, mask);
-    while (slots[i].key) i = (i + 1) & mask;
-    slots[i].key = key;
-    slots[i].value = value;
-}
-
-static bool grow(xsa_ptr_map *m) {
-    size_t mask = m->mask * 2 + 1;
-    xsa_ptr_map_slot *slots = calloc(mask + 1, sizeof *slots);
-    if (!slots) return false;
+bool xsa_ptr_map_grow(xsa_ptr_map *m) {
+    xsa_ptr_map bigger = {.mask = m->mask * 2 + 1, .shift = m->shift - 1};
+    bigger.slots = calloc(bigger.mask + 1, sizeof *bigger.slots);
+    if (!bigger.slots) return false;
     for (size_t i = 0; i <= m->mask; i++)
-        if (m->slots[i].key) put(slots, mask, m->slots[i].key, m->slots[i].value);
+        if (m->slots[i].key) xsa_ptr_map_insert_reserved(&bigger, m->slots[i].key, m->slots[i].value);
     free(m->slots);
-    m->slots = slots;
-    m->mask = mask;
+    *m = bigger;
     return true;
-}
-
-bool xsa_ptr_map_reserve_one(xsa_ptr_map *m) {
-    /* Keep the load under 1/2 so that probes stay short. */
-    return 2 * (m->count + 1) <= m->mask + 1 || grow(m);
-}
-
-bool xsa_ptr_map_insert(xsa_ptr_map *m, uintptr_t key, void *value) {
-    if (!xsa_ptr_map_reserve_one(m)) return false;
-    put(m->slots, m->mask, key, value);
-    m->count++;
-    return true;
-}
-
-void *xsa_ptr_map_get(const xsa_ptr_map *m, uintptr_t key) {
-    for (size_t i = slot_of(key, m->mask);; i = (i + 1) & m->mask) {
-        if (m->slots[i].key == key) return m->slots[i].value;
-        if (!m->slots[i].key) return NULL;
-    }
 }
 
 void *xsa_ptr_map_remove(xsa_ptr_map *m, uintptr_t key) {
-    size_t i = slot_of(key, m->mask);
+    size_t i = xsa_ptr_map_home(m, key);
     while (m->slots[i].key != key) {
         if (!m->slots[i].key) return NULL;
         i = (i + 1) & m->mask;
     }
     void *value = m->slots[i].value;
-    /* Backward shift: move later entries of the probe run into the hole when
-     * their home slot does not lie cyclically in (hole, j]. */
+    /* Backward shift: an entry later in the probe run moves into the hole
+     * when the hole lies cyclically in [its home, its slot), i.e. it stays
+     * reachable from its home there. */
     size_t hole = i;
     for (size_t j = (i + 1) & m->mask; m->slots[j].key; j = (j + 1) & m->mask) {
-        size_t home = slot_of(m->slots[j].key, m->mask);
-        bool home_in_range = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-        if (!home_in_range) {
+        size_t home = xsa_ptr_map_home(m, m->slots[j].key);
+        if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
             m->slots[hole] = m->slots[j];
             hole = j;
         }
@@ -82,4 +54,19 @@ void *xsa_ptr_map_remove(xsa_ptr_map *m, uintptr_t key) {
     m->slots[hole].value = NULL;
     m->count--;
     return value;
+}
+
+int xsa_ptr_map_check(const xsa_ptr_map *m, char *err, size_t errlen) {
+    size_t count = 0;
+    for (size_t i = 0; i <= m->mask; i++) {
+        uintptr_t key = m->slots[i].key;
+        if (!key) continue;
+        count++;
+        for (size_t j = xsa_ptr_map_home(m, key); j != i; j = (j + 1) & m->mask)
+            if (!m->slots[j].key)
+                return xsa_check_fail(err, errlen, "pointer map: key %#lx at slot %zu is cut off from its home slot",
+                                      (unsigned long)key, i);
+    }
+    if (count != m->count) return xsa_check_fail(err, errlen, "pointer map: %zu keys, %zu counted", count, m->count);
+    return 1;
 }
