@@ -3,9 +3,12 @@
  *
  * Design: initialisation (explicit, or lazy from XSALLOC_CONF on the first
  * call) parses the configuration, picks the driver and counts devices. A
- * device's pool is created on its first use. Each device has its own lock;
- * a sharded pointer table finds the device of a pointer without a global
- * lock. xsa_shutdown must not run concurrently with other calls.
+ * device's pool is created on its first use. Each device has its own lock.
+ * The device of a pointer comes from the reservation ranges (expandable
+ * segments, a lock-free search), else from asking each device's pool under
+ * its lock, the thread's current device first: one lookup when one device
+ * is used, and no table to keep beside the pools' own on every malloc and
+ * free. xsa_shutdown must not run concurrently with other calls.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,7 +21,6 @@
 #include "api/errors.h"
 #include "api/internal.h"
 #include "api/ipc.h"
-#include "api/ptr_table.h"
 #include "api/ranges.h"
 #include "pool/pool.h"
 #include "vmm/sim.h"
@@ -80,7 +82,6 @@ static xsa_status init_locked(const char *conf) {
     if (r != XSA_CU_SUCCESS)
         return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: initialisation failed: %s", d->name, d->error_string(r));
     if (count <= 0) return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: no device", d->name);
-    if (!xsa_ptr_table_init()) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "out of host memory at initialisation");
     g.drv = d;
     g.devices = count < XSA_MAX_DEVICES ? count : XSA_MAX_DEVICES;
     for (int i = 0; i < g.devices; i++) {
@@ -101,12 +102,16 @@ xsa_status xsa_init(const char *conf) {
     return st == XSA_SUCCESS ? xsa_ok() : st;
 }
 
-static xsa_status ensure_init(void) {
-    if (atomic_load_explicit(&g.ready, memory_order_acquire)) return XSA_SUCCESS;
+static xsa_status init_once(void) {
     pthread_mutex_lock(&g.init_lock);
     xsa_status st = atomic_load(&g.ready) ? XSA_SUCCESS : init_locked(NULL);
     pthread_mutex_unlock(&g.init_lock);
     return st;
+}
+
+static inline xsa_status ensure_init(void) {
+    if (__builtin_expect(atomic_load_explicit(&g.ready, memory_order_acquire), 1)) return XSA_SUCCESS;
+    return init_once();
 }
 
 xsa_status xsa_shutdown(void) {
@@ -117,7 +122,6 @@ xsa_status xsa_shutdown(void) {
             if (g.slot[i].pool) xsa_pool_destroy(g.slot[i].pool);
             g.slot[i].pool = NULL;
         }
-        xsa_ptr_table_destroy();
         xsa_ranges_clear();
         xsa_observe_shutdown();
         atomic_store(&g.ready, false);
@@ -140,13 +144,19 @@ xsa_status xsa_device_count(int *count) {
     return xsa_ok();
 }
 
-static xsa_status check_device(const char *fn, int device) {
+static xsa_status check_device_slow(const char *fn, int device) {
     xsa_status st = ensure_init();
     if (st != XSA_SUCCESS) return st;
     if (device < 0 || device >= g.devices)
         return xsa_fail(XSA_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d device%s)", fn, device, g.devices,
                         g.devices == 1 ? "" : "s");
     return XSA_SUCCESS;
+}
+
+static inline xsa_status check_device(const char *fn, int device) {
+    if (__builtin_expect(atomic_load_explicit(&g.ready, memory_order_acquire) && (unsigned)device < (unsigned)g.devices, 1))
+        return XSA_SUCCESS;
+    return check_device_slow(fn, device);
 }
 
 xsa_status xsa_set_device(int device) {
@@ -185,24 +195,32 @@ static void range_released(void *ctx, uintptr_t base) {
     xsa_ranges_remove(base);
 }
 
+/* Creates the device's pool (its lock held); on failure releases the lock. */
+static xsa_status create_pool(int device) {
+    device_slot *s = &g.slot[device];
+    const char *warning = NULL;
+    xsa_pool_options opt = g.config.pool;
+    if (s->pending_fraction > 0) opt.memory_fraction = s->pending_fraction;
+    xsa_pool_status ps = xsa_pool_create(&s->pool, g.drv, device, &opt, &warning, xsa_error_buffer(), XSA_ERROR_MAX);
+    if (ps != XSA_POOL_OK) {
+        s->pool = NULL;
+        xsa_device_lock_release(&s->lock);
+        return from_pool(ps);
+    }
+    if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
+    xsa_pool_set_listener(s->pool, &(xsa_pool_listener){range_reserved, range_released, NULL});
+    xsa_observe_attach(s->pool);
+    return XSA_SUCCESS;
+}
+
 /* Locks the device and returns its pool, creating it on first use. On
  * failure the lock is not held. */
-static xsa_status lock_pool(int device, xsa_pool **out) {
+static inline xsa_status lock_pool(int device, xsa_pool **out) {
     device_slot *s = &g.slot[device];
     xsa_device_lock_acquire(&s->lock);
-    if (!s->pool) {
-        const char *warning = NULL;
-        xsa_pool_options opt = g.config.pool;
-        if (s->pending_fraction > 0) opt.memory_fraction = s->pending_fraction;
-        xsa_pool_status ps = xsa_pool_create(&s->pool, g.drv, device, &opt, &warning, xsa_error_buffer(), XSA_ERROR_MAX);
-        if (ps != XSA_POOL_OK) {
-            s->pool = NULL;
-            xsa_device_lock_release(&s->lock);
-            return from_pool(ps);
-        }
-        if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
-        xsa_pool_set_listener(s->pool, &(xsa_pool_listener){range_reserved, range_released, NULL});
-        xsa_observe_attach(s->pool);
+    if (__builtin_expect(!s->pool, 0)) {
+        xsa_status st = create_pool(device);
+        if (st != XSA_SUCCESS) return st;
     }
     *out = s->pool;
     return XSA_SUCCESS;
@@ -233,12 +251,6 @@ xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
     if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
     void *out = NULL;
     xsa_pool_status ps = xsa_pool_malloc(p, size, stream, &out, xsa_error_buffer(), XSA_ERROR_MAX);
-    /* Pointers inside an expandable reservation are found by range. */
-    if (ps == XSA_POOL_OK && xsa_ranges_find((uintptr_t)out) < 0 && !xsa_ptr_table_insert((uintptr_t)out, device)) {
-        xsa_pool_free(p, out, xsa_error_buffer(), XSA_ERROR_MAX);
-        unlock_pool(device);
-        return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_malloc: out of host memory for the pointer table");
-    }
     unlock_pool(device);
     if (ps != XSA_POOL_OK) return from_pool(ps);
     *ptr = out;
@@ -249,48 +261,47 @@ xsa_status xsa_malloc_current(void **ptr, size_t size, void *stream) {
     return xsa_malloc(ptr, size, current_device, stream);
 }
 
-xsa_status xsa_free(void *ptr) {
-    if (!ptr) return xsa_ok();
+/* Finds the device whose pool holds live allocation ptr and returns it
+ * with its lock held, or fails naming fn (nothing held). */
+static xsa_status lock_owner(const char *fn, void *ptr, int *device, xsa_pool **pool) {
     xsa_status st = ensure_init();
     if (st != XSA_SUCCESS) return st;
-    /* Out of the table first: once the pool has the block back, another
-     * thread may be handed the same address. */
-    bool in_range = true;
-    int device = xsa_ranges_find((uintptr_t)ptr);
-    if (device < 0) {
-        in_range = false;
-        device = xsa_ptr_table_remove((uintptr_t)ptr);
+    int in_range = ptr ? xsa_ranges_find((uintptr_t)ptr) : -1;
+    if (in_range >= 0) {
+        *device = in_range;
+        return lock_pool(in_range, pool); /* the pool reports a pointer it does not hold */
     }
-    if (device < 0)
-        return xsa_fail(XSA_ERROR_INVALID_POINTER, "xsa_free(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", ptr);
-    xsa_pool *p;
-    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
-    xsa_pool_status ps = xsa_pool_free(p, ptr, xsa_error_buffer(), XSA_ERROR_MAX);
-    unlock_pool(device);
-    if (ps != XSA_POOL_OK) {
-        if (!in_range) xsa_ptr_table_insert((uintptr_t)ptr, device); /* still allocated */
-        return from_pool(ps);
+    for (int i = 0; ptr && i < g.devices; i++) {
+        int d = (current_device + i) % g.devices;
+        device_slot *s = &g.slot[d];
+        xsa_device_lock_acquire(&s->lock);
+        if (s->pool && xsa_pool_owns(s->pool, ptr)) {
+            *device = d;
+            *pool = s->pool;
+            return XSA_SUCCESS;
+        }
+        xsa_device_lock_release(&s->lock);
     }
-    return xsa_ok();
+    return xsa_fail(XSA_ERROR_INVALID_POINTER,
+                    "%s(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", fn, ptr);
 }
 
-/* The device of a live pointer, or an error naming the function. */
-static xsa_status device_of(const char *fn, void *ptr, int *device) {
-    xsa_status st = ensure_init();
+xsa_status xsa_free(void *ptr) {
+    if (!ptr) return xsa_ok();
+    int device;
+    xsa_pool *p;
+    xsa_status st = lock_owner("xsa_free", ptr, &device, &p);
     if (st != XSA_SUCCESS) return st;
-    *device = ptr ? xsa_ranges_find((uintptr_t)ptr) : -1;
-    if (*device < 0 && ptr) *device = xsa_ptr_table_lookup((uintptr_t)ptr);
-    if (*device < 0)
-        return xsa_fail(XSA_ERROR_INVALID_POINTER, "%s(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", fn, ptr);
-    return XSA_SUCCESS;
+    xsa_pool_status ps = xsa_pool_free(p, ptr, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
 }
 
 xsa_status xsa_record_stream(void *ptr, void *stream) {
     int device;
-    xsa_status st = device_of("xsa_record_stream", ptr, &device);
-    if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_status st = lock_owner("xsa_record_stream", ptr, &device, &p);
+    if (st != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_record_stream(p, ptr, stream, xsa_error_buffer(), XSA_ERROR_MAX);
     unlock_pool(device);
     return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
@@ -299,10 +310,9 @@ xsa_status xsa_record_stream(void *ptr, void *stream) {
 xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size) {
     if (!base || !size) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_base_allocation: base or size is NULL");
     int device;
-    xsa_status st = device_of("xsa_get_base_allocation", ptr, &device);
-    if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_status st = lock_owner("xsa_get_base_allocation", ptr, &device, &p);
+    if (st != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_base_allocation(p, ptr, base, size);
     unlock_pool(device);
     if (ps != XSA_POOL_OK) return xsa_fail(from_pool(ps), "xsa_get_base_allocation(%p): not a live allocation", ptr);
@@ -388,10 +398,9 @@ xsa_status xsa_enable_peer_access(int device, int peer) {
 xsa_status xsa_ipc_export(void *ptr, xsa_ipc_handle *handle) {
     if (!handle) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_export: handle is NULL");
     int device;
-    xsa_status st = device_of("xsa_ipc_export", ptr, &device);
-    if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_status st = lock_owner("xsa_ipc_export", ptr, &device, &p);
+    if (st != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_ipc_export(p, ptr, handle, xsa_error_buffer(), XSA_ERROR_MAX);
     unlock_pool(device);
     return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);

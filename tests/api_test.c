@@ -150,7 +150,7 @@ static void test_devices_are_separate(void **state) {
     OK(xsa_get_base_allocation(b, &base, &size));
     assert_ptr_equal(base, b);
     assert_int_equal(size, 8 * MiB);
-    OK(xsa_free(a)); /* freed through the pointer table: right device */
+    OK(xsa_free(a)); /* found by asking the pools: right device */
     OK(xsa_free(b));
     size_t cached = 0, largest = 0;
     OK(xsa_cache_info(1, &cached, &largest));
