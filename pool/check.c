@@ -53,7 +53,7 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     if (free_block) {
         c->free_blocks[k]++;
         c->free_bytes[k] += b->size;
-        if (xsa_block_is_split(b)) {
+        if (xsa_block_is_split(b) && !s->expandable) { /* PyTorch leaves expandable segments out */
             c->inactive_split[k]++;
             c->inactive_split_bytes[k] += (int64_t)b->size;
         }

@@ -27,12 +27,14 @@ static size_t round_to_division(size_t size, size_t divisions) {
     return floor_step == size ? size : floor_step + step;
 }
 
-size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size) {
+static inline size_t round_size(const xsa_pool_options *opt, size_t size) {
     if (size < XSA_MIN_BLOCK_SIZE) return XSA_MIN_BLOCK_SIZE;
     size_t divisions = roundup_divisions(opt, size);
     if (divisions > 1 && size > XSA_MIN_BLOCK_SIZE * divisions) return round_to_division(size, divisions);
     return XSA_MIN_BLOCK_SIZE * ((size + XSA_MIN_BLOCK_SIZE - 1) / XSA_MIN_BLOCK_SIZE);
 }
+
+size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size) { return round_size(opt, size); }
 
 static size_t allocation_size(size_t size) {
     if (size <= XSA_SMALL_SIZE) return XSA_SMALL_BUFFER;
@@ -63,26 +65,31 @@ void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s) {
     free(s);
 }
 
-static void adjust_inactive_split(xsa_pool *p, xsa_block *b, int sign) {
-    if (!xsa_block_is_split(b)) return;
-    if (sign > 0) {
-        xsa_stats_add(p->stats.inactive_split, b->seg->kind, 1);
-        xsa_stats_add(p->stats.inactive_split_bytes, b->seg->kind, (int64_t)b->size);
-    } else {
-        xsa_stats_sub(p->stats.inactive_split, b->seg->kind, 1);
-        xsa_stats_sub(p->stats.inactive_split_bytes, b->seg->kind, (int64_t)b->size);
-    }
+/* inactive_split counts the free split blocks of classic segments only, as
+ * PyTorch's does: the free pages of an expandable segment can always be
+ * released. Like PyTorch, the hot paths change it once by the net effect
+ * of a split or merge. */
+static inline bool counts_inactive_split(const xsa_block *b) { return !b->seg->expandable && xsa_block_is_split(b); }
+
+static inline void inactive_split_change(xsa_pool *p, xsa_pool_kind kind, int64_t count, int64_t bytes) {
+    if (count) xsa_stats_update(p->stats.inactive_split, kind, count);
+    if (bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, bytes);
+}
+
+/* A block becoming free: its age for garbage collection and recycling. */
+static inline void stamp_free(xsa_pool *p, xsa_block *b) {
+    b->gc_base = p->free_lookups[b->seg->kind];
+    b->free_seq = b->seg->last_free_seq = ++p->free_seq;
 }
 
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
-    b->gc_base = p->free_lookups[b->seg->kind];
-    b->free_seq = b->seg->last_free_seq = ++p->free_seq;
+    stamp_free(p, b);
     xsa_free_set_insert(&p->free[b->seg->kind], b);
-    adjust_inactive_split(p, b, +1);
+    if (counts_inactive_split(b)) inactive_split_change(p, b->seg->kind, 1, (int64_t)b->size);
 }
 
 void xsa_pool_erase_free(xsa_pool *p, xsa_block *b) {
-    adjust_inactive_split(p, b, -1);
+    if (counts_inactive_split(b)) inactive_split_change(p, b->seg->kind, -1, -(int64_t)b->size);
     xsa_free_set_erase(&p->free[b->seg->kind], b);
 }
 
@@ -190,7 +197,8 @@ static size_t expandable_size(const xsa_block *b) {
 }
 
 /* PyTorch's get_free_block: best fit on (stream, size), with the oversize
- * rules, and for expandable segments the size a block could grow to. */
+ * rules, and for expandable segments the size a block could grow to. The
+ * block stays in the free set. */
 static xsa_block *get_free_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
     xsa_free_set *set = &p->free[kind];
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
@@ -206,7 +214,6 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     size_t max_split = p->opt.max_split_size;
     if (size < max_split && b->size >= max_split) return NULL;
     if (size >= max_split && b->size >= size + p->opt.max_non_split_rounding) return NULL;
-    xsa_pool_erase_free(p, b);
     return b;
 }
 
@@ -234,20 +241,9 @@ xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size) {
     return front;
 }
 
-/* Hands out `size` bytes at the start of free block b (not in the free set),
- * returning the remainder to the free set. NULL only if out of host memory,
- * in which case b is back in the free set. */
-static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
+/* Marks b allocated, in the pointer map (room was reserved) and the stats. */
+static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
     xsa_pool_kind kind = b->seg->kind;
-    if (should_split(p, b, size)) {
-        xsa_block *front = xsa_pool_carve_front(p, b, size);
-        if (!front) {
-            xsa_pool_insert_free(p, b);
-            return NULL;
-        }
-        xsa_pool_insert_free(p, b);
-        b = front;
-    }
     b->allocated = true;
     b->requested = requested;
     xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
@@ -258,6 +254,45 @@ static xsa_block *alloc_found_block(xsa_pool *p, xsa_block *b, size_t size, size
     xsa_stats_add(p->stats.active_bytes, kind, (int64_t)b->size);
     xsa_stats_add(p->stats.requested_bytes, kind, (int64_t)requested);
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, 1);
+}
+
+/* The cache hit: hands out `size` bytes at the start of free block b, taken
+ * out of the free set; a split-off rest goes back in. NULL only if out of
+ * host memory, with b still in the free set. */
+static xsa_block *alloc_cached_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
+    xsa_pool_kind kind = b->seg->kind;
+    xsa_free_set *set = &p->free[kind];
+    bool counted = counts_inactive_split(b);
+    int64_t split_count = counted ? -1 : 0, split_bytes = counted ? -(int64_t)b->size : 0;
+    xsa_free_set_erase(set, b);
+    if (should_split(p, b, size)) {
+        xsa_block *front = xsa_pool_carve_front(p, b, size);
+        if (!front) {
+            xsa_free_set_insert(set, b);
+            return NULL;
+        }
+        stamp_free(p, b);
+        xsa_free_set_insert(set, b);
+        if (counts_inactive_split(b)) {
+            split_count++;
+            split_bytes += (int64_t)b->size;
+        }
+        b = front;
+    }
+    inactive_split_change(p, kind, split_count, split_bytes);
+    hand_out(p, b, requested);
+    return b;
+}
+
+/* The miss: the same for new memory b, not in the free set. */
+static xsa_block *alloc_new_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
+    if (should_split(p, b, size)) {
+        xsa_block *front = xsa_pool_carve_front(p, b, size);
+        xsa_pool_insert_free(p, b);
+        if (!front) return NULL;
+        b = front;
+    }
+    hand_out(p, b, requested);
     return b;
 }
 
@@ -395,13 +430,15 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }
-    xsa_events_poll(&p->events, block_done, p);
+    if (p->events.outstanding) xsa_events_poll(&p->events, block_done, p); /* a call only when events wait */
     if (p->exports) xsa_ipc_poll(p);
-    size_t rounded = xsa_pool_round_size(&p->opt, size);
+    size_t rounded = round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
-    xsa_block *b = get_free_block(p, kind, stream, rounded);
-    if (!b) {
+    xsa_block *b = get_free_block(p, kind, stream, rounded), *a;
+    if (b) {
+        a = alloc_cached_block(p, b, rounded, size);
+    } else {
         XSA_OBSERVE(p, XSA_OBS_MEMORY_BEGIN, kind, 0, size, rounded, stream);
         xsa_pool_status st = alloc_on_miss(p, kind, stream, rounded, &b, err, errlen);
         if (st == XSA_POOL_OOM) {
@@ -410,8 +447,8 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
         }
         if (st != XSA_POOL_OK) return st;
         XSA_OBSERVE(p, XSA_OBS_MEMORY_END, kind, b->ptr, size, b->size, stream);
+        a = alloc_new_block(p, b, rounded, size);
     }
-    xsa_block *a = alloc_found_block(p, b, rounded, size);
     if (!a) {
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
@@ -423,8 +460,8 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
 
 /* ---- free ---- */
 
-void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
-    if (gone->mapped) xsa_pool_erase_free(p, gone);
+/* absorb without the free-set removal. */
+static void join(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
     if (gone == keep->prev) {
         keep->ptr = gone->ptr;
         keep->prev = gone->prev;
@@ -438,18 +475,37 @@ void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
     xsa_block_delete(&p->blocks, gone);
 }
 
-/* Merges src into dst (its neighbour) if src is a free mapped block. */
-static void try_merge(xsa_pool *p, xsa_block *dst, xsa_block *src) {
-    if (src && !xsa_block_in_use(src) && src->mapped) xsa_pool_absorb(p, dst, src);
+void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
+    if (gone->mapped) xsa_pool_erase_free(p, gone);
+    join(p, keep, gone);
 }
+
+static inline bool mergeable(const xsa_block *b) { return b && !xsa_block_in_use(b) && b->mapped; }
 
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     size_t original = b->size;
     xsa_pool_kind kind = b->seg->kind;
+    xsa_free_set *set = &p->free[kind];
     XSA_OBSERVE(p, XSA_OBS_FREE_COMPLETED, kind, b->ptr, b->requested, b->size, b->stream);
-    try_merge(p, b, b->prev);
-    try_merge(p, b, b->next);
-    xsa_pool_insert_free(p, b);
+    /* Free neighbours merge in; inactive_split changes by the net effect. */
+    int64_t split_count = 0, split_bytes = 0;
+    xsa_block *side[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++) {
+        if (!mergeable(side[i])) continue;
+        if (counts_inactive_split(side[i])) {
+            split_count--;
+            split_bytes -= (int64_t)side[i]->size;
+        }
+        xsa_free_set_erase(set, side[i]);
+        join(p, b, side[i]);
+    }
+    stamp_free(p, b);
+    xsa_free_set_insert(set, b);
+    if (counts_inactive_split(b)) {
+        split_count++;
+        split_bytes += (int64_t)b->size;
+    }
+    inactive_split_change(p, kind, split_count, split_bytes);
     p->live_blocks--;
     xsa_stats_sub(p->stats.active, kind, 1);
     xsa_stats_sub(p->stats.active_bytes, kind, (int64_t)original);
@@ -478,17 +534,17 @@ static xsa_pool_status bad_pointer(const xsa_pool *p, const char *what, void *pt
 }
 
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
-    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
+    xsa_block *b = xsa_ptr_map_remove(&p->allocated, (uintptr_t)ptr);
     if (!b) return bad_pointer(p, "free", ptr, err, errlen);
     if (b->n_stream_uses > 0) {
         const char *call = "";
         xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
         if (r != XSA_CU_SUCCESS) {
+            xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b); /* still allocated; its slot was just freed */
             xsa_pool_driver_error(p, call, r, err, errlen);
             return XSA_POOL_DRIVER_ERROR;
         }
     }
-    xsa_ptr_map_remove(&p->allocated, b->ptr);
     xsa_pool_kind kind = b->seg->kind;
     size_t size = b->size, requested = b->requested; /* b may merge away below */
     xsa_stream stream = b->stream;
