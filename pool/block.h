@@ -28,6 +28,7 @@ typedef struct xsa_block {
     /* Free set links: the treap of its size class (pool/free_set). */
     struct xsa_block *left, *right;
     uint32_t priority;
+    uint16_t size_class;     /* its class while in the free set */
     bool allocated;          /* handed out (also true while its free waits for events) */
     bool mapped;             /* false only for unmapped ranges of expandable segments */
     bool in_free_set;

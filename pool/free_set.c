@@ -11,6 +11,7 @@
 #define SUB_LOG 4
 #define N_CLASSES ((1u << EXACT_LOG) + ((8 * sizeof(size_t) - UNIT_LOG - EXACT_LOG) << SUB_LOG))
 #define N_WORDS ((N_CLASSES + 63) / 64)
+_Static_assert(N_CLASSES <= 1u + UINT16_MAX, "a class fits xsa_block.size_class");
 
 struct xsa_free_stream {
     xsa_stream stream;
@@ -233,7 +234,7 @@ static uint32_t next_priority(xsa_free_set *s) {
 
 void xsa_free_set_insert(xsa_free_set *s, xsa_block *b) {
     xsa_free_stream *x = s->last = lookup(s, b->stream);
-    unsigned c = class_of(b->size);
+    unsigned c = b->size_class = (uint16_t)class_of(b->size);
     b->priority = next_priority(s);
     b->left = b->right = NULL;
     tree_insert(&x->root[c], b);
@@ -246,7 +247,7 @@ void xsa_free_set_insert(xsa_free_set *s, xsa_block *b) {
 
 void xsa_free_set_erase(xsa_free_set *s, xsa_block *b) {
     xsa_free_stream *x = s->last = lookup(s, b->stream);
-    unsigned c = class_of(b->size);
+    unsigned c = b->size_class;
     tree_erase(&x->root[c], b);
     if (!x->root[c] && !(x->words[c / 64] &= ~(1ull << (c % 64)))) x->top &= ~(1ull << (c / 64));
     b->in_free_set = false;
@@ -329,7 +330,7 @@ static int check_tree(walk *w, const xsa_block *t) {
     if (!check_tree(w, t->left)) return 0;
     if (!t->in_free_set || t->stream != w->x->stream)
         return xsa_check_fail(w->err, w->errlen, "free set: block %#lx is not marked free or has another stream", ptr);
-    if (class_of(t->size) != w->c)
+    if (class_of(t->size) != w->c || t->size_class != w->c)
         return xsa_check_fail(w->err, w->errlen, "free set: block %#lx of size %zu is in class %u, not %u", ptr, t->size, w->c,
                     class_of(t->size));
     if (w->prev && !before(w->prev, t)) return xsa_check_fail(w->err, w->errlen, "free set: out of order at %#lx", ptr);

@@ -43,10 +43,10 @@ static inline size_t xsa_ptr_map_home(const xsa_ptr_map *m, uintptr_t key) {
 }
 
 /* Makes room for one more key, so that the next insert cannot fail; the
- * load stays at most 1/2 so that probe runs stay short. Returns false if
- * out of host memory. */
+ * load stays at most 1/4 so that probe runs stay short (at most 64 bytes of
+ * slots per live block). Returns false if out of host memory. */
 static inline bool xsa_ptr_map_reserve_one(xsa_ptr_map *m) {
-    return 2 * (m->count + 1) <= m->mask + 1 || xsa_ptr_map_grow(m);
+    return 4 * (m->count + 1) <= m->mask + 1 || xsa_ptr_map_grow(m);
 }
 
 /* Inserts a new key (must be absent) after reserve_one succeeded. */

@@ -71,7 +71,7 @@ static void churn(uintptr_t (*key_of)(size_t i, uint64_t *rng)) {
             if (!xsa_ptr_map_check(&m, err, sizeof err)) fail_msg("step %d: %s", step, err);
         }
     }
-    assert_true(m.mask + 1 >= 2 * m.count);
+    assert_true(m.mask + 1 >= 4 * m.count);
     check_all(&m, &o);
     xsa_ptr_map_destroy(&m);
 }

@@ -40,20 +40,9 @@ MODES=(
     "recycling expandable_segments:True,page_recycling:True"
 )
 
-# The library as an archive, so that only the objects the tools need link.
 build() {
-    local cflags=(-std=c11 -O2 -D_GNU_SOURCE -Wall "-I$ROOT" -I/usr/local/cuda/include) pids=() f p
     log "building xsalloc with gcc"
-    rm -f "$BUILD"/*.o "$BUILD/libxsalloc.a"
-    for f in vmm/*.c pool/*.c api/*.c; do
-        gcc "${cflags[@]}" -c "$f" -o "$BUILD/${f//\//_}.o" &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p"; done
-    ar rcs "$BUILD/libxsalloc.a" "$BUILD"/*.o
-    local libs=("$BUILD/libxsalloc.a" -ldl -lpthread -lz)
-    gcc "${cflags[@]}" -o "$BUILD/replay" benchmarks/replay.c benchmarks/replay_lib.c benchmarks/trace.c "${libs[@]}"
-    gcc "${cflags[@]}" -o "$BUILD/hotpath" benchmarks/hotpath.c "${libs[@]}"
+    "$ROOT/benchmarks/gpu/build.sh" "$ROOT" "$BUILD"
 }
 
 # Prefixes a JSON object line with the fields in $1 ('"a": 1, "b": 2').

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# build.sh: xsalloc's replay and hotpath binaries with gcc directly, for
+# machines without Bazel (the GPU host).
+#
+#   benchmarks/gpu/build.sh SRC_DIR OUT_DIR [extra gcc flags...]
+#
+# SRC_DIR is a source tree (vmm/, pool/, api/, benchmarks/); the library is
+# an archive, so that only the objects the tools need link. The flags are
+# the Bazel build's (-O2), plus any given.
+set -euo pipefail
+src=$(cd "$1" && pwd)
+out=$2
+shift 2
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cflags=(-std=c11 -O2 -D_GNU_SOURCE -Wall "-I$src" -I/usr/local/cuda/include "$@")
+rm -f "$out"/*.o "$out/libxsalloc.a"
+pids=()
+for f in "$src"/vmm/*.c "$src"/pool/*.c "$src"/api/*.c; do
+    rel=${f#"$src"/}
+    gcc "${cflags[@]}" -c "$f" -o "$out/${rel//\//_}.o" &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+gcc-ar rcs "$out/libxsalloc.a" "$out"/*.o
+libs=("$out/libxsalloc.a" -ldl -lpthread -lz)
+gcc "${cflags[@]}" -o "$out/replay" "$src"/benchmarks/replay.c "$src"/benchmarks/replay_lib.c "$src"/benchmarks/trace.c "${libs[@]}"
+gcc "${cflags[@]}" -o "$out/hotpath" "$src"/benchmarks/hotpath.c "${libs[@]}"
