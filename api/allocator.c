@@ -86,6 +86,7 @@ static xsa_status init_locked(const char *conf) {
     g.devices = count < XSA_MAX_DEVICES ? count : XSA_MAX_DEVICES;
     for (int i = 0; i < g.devices; i++) {
         atomic_init(&g.slot[i].lock.state, 0);
+        atomic_init(&g.slot[i].lock.sleepers, 0);
         g.slot[i].pool = NULL;
         g.slot[i].pending_fraction = 0;
     }
@@ -271,8 +272,8 @@ static xsa_status lock_owner(const char *fn, void *ptr, int *device, xsa_pool **
         *device = in_range;
         return lock_pool(in_range, pool); /* the pool reports a pointer it does not hold */
     }
-    for (int i = 0; ptr && i < g.devices; i++) {
-        int d = (current_device + i) % g.devices;
+    int d = current_device;
+    for (int i = 0; ptr && i < g.devices; i++, d = d + 1 < g.devices ? d + 1 : 0) {
         device_slot *s = &g.slot[d];
         xsa_device_lock_acquire(&s->lock);
         if (s->pool && xsa_pool_owns(s->pool, ptr)) {

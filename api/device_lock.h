@@ -2,11 +2,16 @@
  * api/device_lock: the per-device lock of the public API.
  *
  * Design: every xsa_malloc and xsa_free takes its device's lock once, so its
- * uncontended cost is part of the hot path: one compare-and-swap to take
- * it and one exchange to give it back, inline. A pool may hold it across
- * driver calls (microseconds to milliseconds), so waiters sleep on a futex
- * instead of spinning. States: 0 free, 1 held, 2 held and maybe awaited
- * (the classic three-state futex mutex).
+ * uncontended cost is part of the hot path: one compare-and-swap to take it
+ * and a plain release store to give it back (an atomic exchange there cost
+ * about 7 ns a call on the H100 host, benchmarks/RESULTS.md). A pool may
+ * hold it across driver calls (microseconds to milliseconds), so a waiter
+ * spins briefly, then counts itself in `sleepers` and sleeps on a futex; a
+ * release that sees a sleeper wakes one. With no fence between the release
+ * store and the read of `sleepers` (the fence is what the exchange cost),
+ * a release can miss a sleeper arriving at that instant, so sleepers nap
+ * at most XSA_DEVICE_LOCK_NAP_NS and look again: that bounds the delay of
+ * the race. Mutual exclusion never depends on it.
  */
 #ifndef XSA_API_DEVICE_LOCK_H
 #define XSA_API_DEVICE_LOCK_H
@@ -14,24 +19,58 @@
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#define XSA_DEVICE_LOCK_NAP_NS 1000000L /* 1 ms */
+#define XSA_DEVICE_LOCK_SPINS 100
+
+#if defined(__x86_64__) || defined(__i386__)
+#define XSA_CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define XSA_CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define XSA_CPU_RELAX() ((void)0)
+#endif
+
 typedef struct xsa_device_lock {
-    _Atomic int state;
+    _Atomic int state;    /* 0 free, 1 held */
+    _Atomic int sleepers; /* threads asleep on state, or about to be */
 } xsa_device_lock;
 
-static inline void xsa_device_lock_acquire(xsa_device_lock *l) {
+static inline int xsa_device_lock_try(xsa_device_lock *l) {
     int expected = 0;
-    if (atomic_compare_exchange_strong_explicit(&l->state, &expected, 1, memory_order_acquire,
-                                                memory_order_relaxed))
-        return;
-    /* Contended: mark it awaited and sleep while it stays held. */
-    while (atomic_exchange_explicit(&l->state, 2, memory_order_acquire) != 0)
-        syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+    return atomic_compare_exchange_strong_explicit(&l->state, &expected, 1, memory_order_acquire,
+                                                   memory_order_relaxed);
+}
+
+/* The contended path; naps of nap_ns at most (tests pass other values). */
+static inline void xsa_device_lock_acquire_napping(xsa_device_lock *l, long nap_ns) {
+    if (xsa_device_lock_try(l)) return;
+    for (int i = 0; i < XSA_DEVICE_LOCK_SPINS; i++) {
+        XSA_CPU_RELAX();
+        if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 && xsa_device_lock_try(l)) return;
+    }
+    atomic_fetch_add_explicit(&l->sleepers, 1, memory_order_seq_cst);
+    while (!xsa_device_lock_try(l)) {
+        struct timespec nap = {nap_ns / 1000000000L, nap_ns % 1000000000L};
+        syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 1, &nap, NULL, 0);
+    }
+    atomic_fetch_sub_explicit(&l->sleepers, 1, memory_order_relaxed);
+}
+
+static inline void xsa_device_lock_acquire(xsa_device_lock *l) {
+    if (__builtin_expect(xsa_device_lock_try(l), 1)) return;
+    xsa_device_lock_acquire_napping(l, XSA_DEVICE_LOCK_NAP_NS);
 }
 
 static inline void xsa_device_lock_release(xsa_device_lock *l) {
-    if (atomic_exchange_explicit(&l->state, 0, memory_order_release) == 2)
+    atomic_store_explicit(&l->state, 0, memory_order_release);
+    /* Keep the compiler from reading before the store (ARM's load-acquire
+     * after a store-release keeps the CPU from it too; x86 may still, for
+     * the instant its store buffer takes: the race the naps bound). */
+    atomic_signal_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&l->sleepers, memory_order_acquire))
         syscall(SYS_futex, &l->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 

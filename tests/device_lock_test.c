@@ -1,6 +1,10 @@
 /*
- * device_lock_test: the API's per-device futex lock excludes, wakes its
- * sleepers and never loses an update (run under TSan too).
+ * device_lock_test: the API's per-device lock excludes, wakes its sleepers
+ * on release, gets a sleeper through even when a release misses it (the
+ * race its naps bound), and never loses an update (run under TSan too).
+ *
+ * The wake-up test's waiter naps for 10 minutes, past the test's timeout,
+ * so a wake-up that did not happen fails the test instead of slowing it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,11 +19,17 @@
 
 #define THREADS 4
 #define ROUNDS 20000
+#define LONG_NAP_NS 600000000000L /* 10 min: past any test timeout */
 
 static xsa_device_lock lock;
 static long counter;  /* guarded by lock */
 static int inside;    /* guarded by lock: threads inside, must stay <= 1 */
 static int max_inside;
+
+static void reset_lock(void) {
+    atomic_init(&lock.state, 0);
+    atomic_init(&lock.sleepers, 0);
+}
 
 static void *hammer(void *arg) {
     long id = (long)(intptr_t)arg;
@@ -37,46 +47,72 @@ static void *hammer(void *arg) {
 
 static void test_excludes_and_counts(void **state) {
     (void)state;
-    atomic_init(&lock.state, 0);
+    reset_lock();
     pthread_t t[THREADS];
     for (long i = 0; i < THREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, hammer, (void *)(intptr_t)i), 0);
     for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
     assert_int_equal(counter, (long)THREADS * ROUNDS);
     assert_int_equal(max_inside, 1);
-    assert_int_equal(atomic_load(&lock.state), 0); /* free, no sleeper left marked */
+    assert_int_equal(atomic_load(&lock.state), 0);    /* free */
+    assert_int_equal(atomic_load(&lock.sleepers), 0); /* nobody left counted */
 }
 
-/* A holder that sleeps: the waiter must block, then get the lock once it
- * is given back (the wake-up path). */
+static long nap_ns;
+
+/* Takes the lock (napping nap_ns) and marks that it did. */
 static void *wait_for_it(void *arg) {
     (void)arg;
-    xsa_device_lock_acquire(&lock);
+    xsa_device_lock_acquire_napping(&lock, nap_ns);
     counter = -1;
     xsa_device_lock_release(&lock);
     return NULL;
 }
 
-static void test_waiter_is_woken(void **state) {
-    (void)state;
-    atomic_init(&lock.state, 0);
+/* Holds the lock until a waiter is asleep on it; returns the waiter. */
+static pthread_t hold_until_a_sleeper(void) {
     counter = 0;
     xsa_device_lock_acquire(&lock);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, wait_for_it, NULL), 0);
-    /* Give the waiter time to mark the lock awaited and sleep. */
-    for (int i = 0; i < 1000 && atomic_load(&lock.state) != 2; i++) nanosleep(&(struct timespec){0, 100000}, NULL);
-    assert_int_equal(atomic_load(&lock.state), 2);
+    for (int i = 0; i < 10000 && atomic_load(&lock.sleepers) == 0; i++) nanosleep(&(struct timespec){0, 100000}, NULL);
+    assert_int_equal(atomic_load(&lock.sleepers), 1);
     assert_int_equal(counter, 0);
+    return t;
+}
+
+/* The release wakes the sleeper (only a wake gets it through before the
+ * test's timeout). */
+static void test_release_wakes_the_sleeper(void **state) {
+    (void)state;
+    reset_lock();
+    nap_ns = LONG_NAP_NS;
+    pthread_t t = hold_until_a_sleeper();
     xsa_device_lock_release(&lock);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(counter, -1);
     assert_int_equal(atomic_load(&lock.state), 0);
+    assert_int_equal(atomic_load(&lock.sleepers), 0);
+}
+
+/* A release that misses the sleeper (the store-buffer race, made certain
+ * here by freeing the lock without the wake): the sleeper's nap ends and
+ * it takes the lock. */
+static void test_missed_wake_ends_with_the_nap(void **state) {
+    (void)state;
+    reset_lock();
+    nap_ns = 1000000L;
+    pthread_t t = hold_until_a_sleeper();
+    atomic_store(&lock.state, 0); /* released, nobody woken */
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(counter, -1);
+    assert_int_equal(atomic_load(&lock.sleepers), 0);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_excludes_and_counts),
-        cmocka_unit_test(test_waiter_is_woken),
+        cmocka_unit_test(test_release_wakes_the_sleeper),
+        cmocka_unit_test(test_missed_wake_ends_with_the_nap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
