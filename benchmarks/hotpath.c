@@ -15,9 +15,13 @@
  * are log-uniform per binary octave (octave uniform in 2^9..2^25, then
  * uniform within it). Prints a table, then one JSON line last on stdout
  * ({"driver", "conf", "ops", "pair_ns", "slots_ns", "pair_misses",
- * "slots_misses"}) for scripts. A miss is a timed call that went to the
- * driver (new device memory or pages moved by recycling): the patterns
- * measure cache hits, so the counts say how pure they were.
+ * "slots_misses", "core_ghz"}) for scripts. A miss is a timed call that
+ * went to the driver (new device memory or pages moved by recycling): the
+ * patterns measure cache hits, so the counts say how pure they were.
+ * core_ghz is the core's clock while timing, from a chain of dependent
+ * additions (one a cycle) before and after: on the GPU host the timings of
+ * one binary differ up to 2x between processes, and it says whether the
+ * clock did.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -81,6 +85,19 @@ static double run_slots(bench *b) {
         if (st != XSA_SUCCESS) die("xsa_malloc", st);
     }
     return (now_ns() - t0) / (double)b->ops;
+}
+
+/* GHz from 2*10^7 dependent additions (x86: one a cycle); 0 elsewhere. */
+static double core_ghz(void) {
+#if defined(__x86_64__)
+    const long n = 20000000;
+    uint64_t x = 0;
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
+    return (double)n / (now_ns() - t0);
+#else
+    return 0;
+#endif
 }
 
 static uint64_t xorshift(uint64_t *s) {
@@ -159,11 +176,12 @@ int main(int argc, char **argv) {
     bool sim = strcmp(xsa_driver_name(), "sim") == 0;
     if (sim) xsa_sim_set_eager_events(1);
     const char *env = getenv("XSALLOC_CONF"), *shown = conf ? conf : env ? env : "";
-    double pair[3], slots[3];
+    double pair[3], slots[3], ghz = core_ghz();
     int64_t pair_misses, slots_misses;
     measure(run_pair, &b, pair, &pair_misses);
     setup_slots(&b);
     measure(run_slots, &b, slots, &slots_misses);
+    ghz = (ghz + core_ghz()) / 2;
     printf("Hot path (driver %s, conf '%s', %ld ops a run, median of %d runs after a warm-up)\n\n",
            xsa_driver_name(), shown, b.ops, RUNS);
     printf("| %-40s | %9s | %13s | %7s | %10s | %15s |\n", "pattern", "xsalloc", "(min-max)",
@@ -175,11 +193,11 @@ int main(int argc, char **argv) {
     printf("| %-40s | %9.0f | %5.0f - %5.0f | %7d | %10d | %15d |\n",
            "64 live slots, 512 B-64 MiB (ns an op)", slots[0], slots[1], slots[2], 947, 1239, 2854);
     printf("\nPyTorch 2.11 figures on an H100 from benchmarks/traces/README.md.\n");
-    printf("\nTimed calls that went to the driver: %lld (pair), %lld (slots).\n", (long long)pair_misses,
-           (long long)slots_misses);
+    printf("\nTimed calls that went to the driver: %lld (pair), %lld (slots). Core clock: %.2f GHz.\n",
+           (long long)pair_misses, (long long)slots_misses, ghz);
     printf("{\"driver\": \"%s\", \"conf\": \"%s\", \"ops\": %ld, \"pair_ns\": %.1f, \"slots_ns\": %.1f"
-           ", \"pair_misses\": %lld, \"slots_misses\": %lld}\n",
-           xsa_driver_name(), shown, b.ops, pair[0], slots[0], (long long)pair_misses, (long long)slots_misses);
+           ", \"pair_misses\": %lld, \"slots_misses\": %lld, \"core_ghz\": %.2f}\n",
+           xsa_driver_name(), shown, b.ops, pair[0], slots[0], (long long)pair_misses, (long long)slots_misses, ghz);
     for (int i = 0; i < SLOTS; i++) check("xsa_free", xsa_free(b.slot[i]));
     free(b.seq);
     check("xsa_shutdown", xsa_shutdown());
