@@ -262,26 +262,36 @@ xsa_status xsa_malloc_current(void **ptr, size_t size, void *stream) {
     return xsa_malloc(ptr, size, current_device, stream);
 }
 
-/* Finds the device whose pool holds live allocation ptr and returns it
- * with its lock held, or fails naming fn (nothing held). */
+/* Finds the pool that answers for ptr and returns it with its device's
+ * lock held, or fails naming fn (nothing held). With one device that is
+ * its pool, which reports a pointer it does not hold; otherwise pointers in
+ * expandable reservations are found by range, others by asking each pool,
+ * the current device's first. */
 static xsa_status lock_owner(const char *fn, void *ptr, int *device, xsa_pool **pool) {
     xsa_status st = ensure_init();
     if (st != XSA_SUCCESS) return st;
-    int in_range = ptr ? xsa_ranges_find((uintptr_t)ptr) : -1;
-    if (in_range >= 0) {
-        *device = in_range;
-        return lock_pool(in_range, pool); /* the pool reports a pointer it does not hold */
-    }
-    int d = current_device;
-    for (int i = 0; ptr && i < g.devices; i++, d = d + 1 < g.devices ? d + 1 : 0) {
+    int d = g.devices == 1 ? 0 : ptr ? xsa_ranges_find((uintptr_t)ptr) : -1;
+    if (d >= 0) {
         device_slot *s = &g.slot[d];
         xsa_device_lock_acquire(&s->lock);
-        if (s->pool && xsa_pool_owns(s->pool, ptr)) {
+        if (s->pool) {
             *device = d;
             *pool = s->pool;
             return XSA_SUCCESS;
         }
         xsa_device_lock_release(&s->lock);
+    } else {
+        d = current_device;
+        for (int i = 0; ptr && i < g.devices; i++, d = d + 1 < g.devices ? d + 1 : 0) {
+            device_slot *s = &g.slot[d];
+            xsa_device_lock_acquire(&s->lock);
+            if (s->pool && xsa_pool_owns(s->pool, ptr)) {
+                *device = d;
+                *pool = s->pool;
+                return XSA_SUCCESS;
+            }
+            xsa_device_lock_release(&s->lock);
+        }
     }
     return xsa_fail(XSA_ERROR_INVALID_POINTER,
                     "%s(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", fn, ptr);

@@ -19,8 +19,10 @@ xsa_block *xsa_block_new(xsa_block_cache *c) {
 }
 
 void xsa_block_delete(xsa_block_cache *c, xsa_block *b) {
-    free(b->stream_uses);
-    b->stream_uses = NULL;
+    if (b->stream_uses) { /* a call to free(NULL) on every merge otherwise */
+        free(b->stream_uses);
+        b->stream_uses = NULL;
+    }
     b->next = c->free_list;
     c->free_list = b;
     c->live--;

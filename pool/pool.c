@@ -524,18 +524,20 @@ static const xsa_block *block_containing(const xsa_pool *p, uintptr_t ptr) {
 static xsa_pool_status bad_pointer(const xsa_pool *p, const char *what, void *ptr, char *err, size_t errlen) {
     const xsa_block *b = block_containing(p, (uintptr_t)ptr);
     if (b && b->allocated && b->ptr != (uintptr_t)ptr)
-        snprintf(err, errlen, "%s(%p): pointer is inside the allocation at %#lx (size %zu) on device %d, not its start",
-                 what, ptr, (unsigned long)b->ptr, b->size, p->device);
+        snprintf(err, errlen,
+                 "%s(%p): not a live allocation: the pointer is inside the allocation at %#lx (size %zu) on device "
+                 "%d, not its start", what, ptr, (unsigned long)b->ptr, b->size, p->device);
     else if (b)
-        snprintf(err, errlen, "%s(%p): pointer is not allocated on device %d (already freed?)", what, ptr, p->device);
+        snprintf(err, errlen, "%s(%p): not a live allocation on device %d (already freed?)", what, ptr, p->device);
     else
-        snprintf(err, errlen, "%s(%p): pointer was not allocated by xsalloc on device %d", what, ptr, p->device);
+        snprintf(err, errlen, "%s(%p): not a live allocation of xsalloc on device %d (unknown pointer)", what, ptr,
+                 p->device);
     return XSA_POOL_BAD_POINTER;
 }
 
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
     xsa_block *b = xsa_ptr_map_remove(&p->allocated, (uintptr_t)ptr);
-    if (!b) return bad_pointer(p, "free", ptr, err, errlen);
+    if (!b) return bad_pointer(p, "xsa_free", ptr, err, errlen);
     if (b->n_stream_uses > 0) {
         const char *call = "";
         xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
@@ -564,7 +566,7 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
 
 xsa_pool_status xsa_pool_record_stream(xsa_pool *p, void *ptr, xsa_stream stream, char *err, size_t errlen) {
     xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
-    if (!b) return bad_pointer(p, "record_stream", ptr, err, errlen);
+    if (!b) return bad_pointer(p, "xsa_record_stream", ptr, err, errlen);
     if (stream == b->stream) return XSA_POOL_OK; /* uses on the allocation stream need no event */
     if (!xsa_block_add_stream_use(b, stream)) {
         snprintf(err, errlen, "device %d: out of host memory", p->device);
