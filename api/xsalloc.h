@@ -98,7 +98,9 @@ typedef struct xsa_device_stats {
     xsa_stat allocation[XSA_STAT_TYPES];           /* blocks handed out */
     xsa_stat segment[XSA_STAT_TYPES];              /* segments (expandable: mapped extents) */
     xsa_stat active[XSA_STAT_TYPES];               /* allocated or pending-free blocks */
-    xsa_stat inactive_split[XSA_STAT_TYPES];       /* free blocks inside partly used segments */
+    xsa_stat inactive_split[XSA_STAT_TYPES];       /* free blocks inside partly used classic segments
+                                                    * (PyTorch leaves expandable ones out: their free
+                                                    * pages can always be released) */
     xsa_stat allocated_bytes[XSA_STAT_TYPES];
     xsa_stat reserved_bytes[XSA_STAT_TYPES];
     xsa_stat active_bytes[XSA_STAT_TYPES];

@@ -94,34 +94,34 @@ static inline void xsa_stat_update(xsa_stat *stat, int64_t amount) {
 _Static_assert(XSA_STAT_SMALL_POOL == 1 + XSA_POOL_SMALL && XSA_STAT_LARGE_POOL == 1 + XSA_POOL_LARGE,
                "stat types follow the pool kinds");
 
-/* Which stats a pool kind updates: all + its own. */
+/* Which stats a pool kind updates: all + its own. For XSA_STAT_ALL only
+ * current and peak are kept: its allocated and freed are the sums of the
+ * two pools', filled in by xsa_pool_get_stats (a store less for each of
+ * the ~30 updates of a malloc/free pair). */
+static inline void xsa_stat_current(xsa_stat *stat, int64_t amount) {
+    stat->current += amount;
+    if (stat->current > stat->peak) stat->peak = stat->current;
+}
+
 static inline void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
-    xsa_stat_update(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat_current(&stat_by_type[XSA_STAT_ALL], amount);
     xsa_stat_update(&stat_by_type[1 + kind], amount);
 }
 
 /* The same for an amount known to be >= 0 (add) or removed (sub): the
- * malloc/free path updates about thirty stats a pair, so the sign test and,
- * for sub, the peak test are left out. */
-static inline void xsa_stat_add(xsa_stat *stat, int64_t amount) {
-    stat->current += amount;
-    stat->allocated += amount;
-    if (stat->current > stat->peak) stat->peak = stat->current;
-}
-
-static inline void xsa_stat_sub(xsa_stat *stat, int64_t amount) {
-    stat->current -= amount;
-    stat->freed += amount;
-}
-
+ * sign test and, for sub, the peak test are left out. */
 static inline void xsa_stats_add(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
-    xsa_stat_add(&stat_by_type[XSA_STAT_ALL], amount);
-    xsa_stat_add(&stat_by_type[1 + kind], amount);
+    xsa_stat_current(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat *own = &stat_by_type[1 + kind];
+    own->current += amount;
+    own->allocated += amount;
+    if (own->current > own->peak) own->peak = own->current;
 }
 
 static inline void xsa_stats_sub(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
-    xsa_stat_sub(&stat_by_type[XSA_STAT_ALL], amount);
-    xsa_stat_sub(&stat_by_type[1 + kind], amount);
+    stat_by_type[XSA_STAT_ALL].current -= amount;
+    stat_by_type[1 + kind].current -= amount;
+    stat_by_type[1 + kind].freed += amount;
 }
 
 /* Free-set membership with the inactive_split accounting it implies. */

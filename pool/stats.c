@@ -3,15 +3,33 @@
 
 #include <string.h>
 
+#define N_ARRAYS 9
+
+/* The per-type stat arrays, in one list for the loops below. */
+static void arrays_of(xsa_device_stats *s, xsa_stat *arrays[N_ARRAYS]) {
+    xsa_stat *all[N_ARRAYS] = {s->allocation,   s->segment,         s->active,
+                               s->inactive_split, s->allocated_bytes, s->reserved_bytes,
+                               s->active_bytes, s->inactive_split_bytes, s->requested_bytes};
+    memcpy(arrays, all, sizeof all);
+}
+
 void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out) {
     *out = p->stats;
+    /* XSA_STAT_ALL's allocated and freed are not kept (pool_internal.h). */
+    xsa_stat *arrays[N_ARRAYS];
+    arrays_of(out, arrays);
+    for (int a = 0; a < N_ARRAYS; a++) {
+        xsa_stat *t = arrays[a];
+        t[XSA_STAT_ALL].allocated = t[XSA_STAT_SMALL_POOL].allocated + t[XSA_STAT_LARGE_POOL].allocated;
+        t[XSA_STAT_ALL].freed = t[XSA_STAT_SMALL_POOL].freed + t[XSA_STAT_LARGE_POOL].freed;
+    }
     out->max_split_size = p->opt.max_split_size == SIZE_MAX ? -1 : (int64_t)p->opt.max_split_size;
 }
 
 static void each_stat(xsa_device_stats *s, void (*fn)(xsa_stat *)) {
-    xsa_stat *arrays[] = {s->allocation, s->segment, s->active, s->inactive_split, s->allocated_bytes,
-                          s->reserved_bytes, s->active_bytes, s->inactive_split_bytes, s->requested_bytes};
-    for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++)
+    xsa_stat *arrays[N_ARRAYS];
+    arrays_of(s, arrays);
+    for (int a = 0; a < N_ARRAYS; a++)
         for (int t = 0; t < XSA_STAT_TYPES; t++) fn(&arrays[a][t]);
     fn(&s->oversize_allocations);
     fn(&s->oversize_segments);
