@@ -4,11 +4,11 @@
  * Design: initialisation (explicit, or lazy from XSALLOC_CONF on the first
  * call) parses the configuration, picks the driver and counts devices. A
  * device's pool is created on its first use. Each device has its own lock.
- * The device of a pointer comes from the reservation ranges (expandable
- * segments, a lock-free search), else from asking each device's pool under
- * its lock, the thread's current device first: one lookup when one device
- * is used, and no table to keep beside the pools' own on every malloc and
- * free. xsa_shutdown must not run concurrently with other calls.
+ * A pointer's pool (lock_owner): with one device, that device's; else the
+ * reservation ranges (expandable segments, a lock-free search) name it, or
+ * each pool is asked under its lock, the thread's current device first.
+ * So no table is kept beside the pools' own maps on every malloc and free.
+ * xsa_shutdown must not run concurrently with other calls.
  */
 #include <pthread.h>
 #include <stdatomic.h>
