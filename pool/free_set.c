@@ -232,8 +232,7 @@ static uint32_t next_priority(xsa_free_set *s) {
     return s->rng = x;
 }
 
-/* The classes: every free block but the pending one. */
-static void classes_insert(xsa_free_set *s, xsa_block *b) {
+void xsa_free_set_insert(xsa_free_set *s, xsa_block *b) {
     xsa_free_stream *x = s->last = lookup(s, b->stream);
     unsigned c = b->size_class = (uint16_t)class_of(b->size);
     b->priority = next_priority(s);
@@ -241,16 +240,22 @@ static void classes_insert(xsa_free_set *s, xsa_block *b) {
     tree_insert(&x->root[c], b);
     x->words[c / 64] |= 1ull << (c % 64);
     x->top |= 1ull << (c / 64);
+    b->in_free_set = true;
+    s->count++;
+    s->bytes += b->size;
 }
 
-static void classes_erase(xsa_free_set *s, xsa_block *b) {
+void xsa_free_set_erase(xsa_free_set *s, xsa_block *b) {
     xsa_free_stream *x = s->last = lookup(s, b->stream);
     unsigned c = b->size_class;
     tree_erase(&x->root[c], b);
     if (!x->root[c] && !(x->words[c / 64] &= ~(1ull << (c % 64)))) x->top &= ~(1ull << (c / 64));
+    b->in_free_set = false;
+    s->count--;
+    s->bytes -= b->size;
 }
 
-static xsa_block *classes_lower_bound(const xsa_free_set *s, xsa_stream stream, size_t size) {
+xsa_block *xsa_free_set_lower_bound(const xsa_free_set *s, xsa_stream stream, size_t size) {
     const xsa_free_stream *x = lookup(s, stream);
     if (x && x->top) {
         unsigned c = class_of(size);
@@ -268,7 +273,7 @@ static xsa_block *classes_lower_bound(const xsa_free_set *s, xsa_stream stream, 
     return first_at(s, pos_after(s, stream));
 }
 
-static xsa_block *classes_next(const xsa_free_set *s, const xsa_block *b) {
+xsa_block *xsa_free_set_next(const xsa_free_set *s, const xsa_block *b) {
     const xsa_free_stream *x = lookup(s, b->stream);
     if (x) {
         unsigned c = class_of(b->size);
@@ -286,7 +291,7 @@ static xsa_block *classes_next(const xsa_free_set *s, const xsa_block *b) {
     return first_at(s, pos_after(s, b->stream));
 }
 
-static xsa_block *classes_prev(const xsa_free_set *s, const xsa_block *b) {
+xsa_block *xsa_free_set_prev(const xsa_free_set *s, const xsa_block *b) {
     const xsa_free_stream *x = lookup(s, b->stream);
     if (x) {
         unsigned c = class_of(b->size);
@@ -304,55 +309,7 @@ static xsa_block *classes_prev(const xsa_free_set *s, const xsa_block *b) {
     return last_before(s, stream_pos(s, b->stream));
 }
 
-/* ---- the set: the classes and the pending block ---- */
-
-/* Key order (stream, size, address). */
-static inline bool key_less(const xsa_block *a, const xsa_block *b) {
-    if (a->stream != b->stream) return (uintptr_t)a->stream < (uintptr_t)b->stream;
-    return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
-}
-
-/* The earlier of a (may be NULL) and the pending block if pending is in
- * the range a query allows (`fits`). */
-static inline xsa_block *with_pending(xsa_block *pending, bool fits, xsa_block *a) {
-    return pending && fits && (!a || key_less(pending, a)) ? pending : a;
-}
-
-void xsa_free_set_insert(xsa_free_set *s, xsa_block *b) {
-    if (s->pending) classes_insert(s, s->pending);
-    s->pending = b;
-    b->in_free_set = true;
-    s->count++;
-    s->bytes += b->size;
-}
-
-void xsa_free_set_erase(xsa_free_set *s, xsa_block *b) {
-    if (b == s->pending)
-        s->pending = NULL;
-    else
-        classes_erase(s, b);
-    b->in_free_set = false;
-    s->count--;
-    s->bytes -= b->size;
-}
-
-xsa_block *xsa_free_set_lower_bound(const xsa_free_set *s, xsa_stream stream, size_t size) {
-    xsa_block *p = s->pending;
-    bool fits = p && (p->stream != stream ? (uintptr_t)p->stream > (uintptr_t)stream : p->size >= size);
-    return with_pending(p, fits, classes_lower_bound(s, stream, size));
-}
-
-xsa_block *xsa_free_set_next(const xsa_free_set *s, const xsa_block *b) {
-    xsa_block *p = s->pending;
-    return with_pending(p, p && key_less(b, p), classes_next(s, b));
-}
-
-xsa_block *xsa_free_set_prev(const xsa_free_set *s, const xsa_block *b) {
-    xsa_block *p = s->pending, *a = classes_prev(s, b);
-    return p && key_less(p, b) && (!a || key_less(a, p)) ? p : a;
-}
-
-xsa_block *xsa_free_set_first(const xsa_free_set *s) { return with_pending(s->pending, true, first_at(s, 0)); }
+xsa_block *xsa_free_set_first(const xsa_free_set *s) { return first_at(s, 0); }
 
 /* ---- checker ---- */
 
@@ -360,7 +317,6 @@ typedef struct walk {
     const xsa_free_stream *x;
     unsigned c;
     const xsa_block *prev; /* in-order predecessor in the class */
-    const xsa_block *pending;
     size_t count, bytes;
     char *err;
     size_t errlen;
@@ -369,7 +325,6 @@ typedef struct walk {
 static int check_tree(walk *w, const xsa_block *t) {
     if (!t) return 1;
     unsigned long ptr = (unsigned long)t->ptr;
-    if (t == w->pending) return xsa_check_fail(w->err, w->errlen, "free set: the pending block %#lx is also in a class", ptr);
     if ((t->left && t->left->priority > t->priority) || (t->right && t->right->priority > t->priority))
         return xsa_check_fail(w->err, w->errlen, "free set: block %#lx breaks the heap order", ptr);
     if (!check_tree(w, t->left)) return 0;
@@ -402,16 +357,8 @@ static int check_stream(walk *w) {
 }
 
 int xsa_free_set_check(const xsa_free_set *s, char *err, size_t errlen) {
-    walk w = {.err = err, .errlen = errlen, .pending = s->pending};
+    walk w = {.err = err, .errlen = errlen};
     bool last_found = !s->last;
-    const xsa_block *p = s->pending;
-    if (p) {
-        if (!p->in_free_set || !search(s, p->stream))
-            return xsa_check_fail(err, errlen, "free set: the pending block %#lx is not marked free or its stream is "
-                                  "not attached", (unsigned long)p->ptr);
-        w.count++;
-        w.bytes += p->size;
-    }
     size_t segments = 0;
     for (size_t i = 0; i < s->n_streams; i++) {
         w.x = s->streams[i];
@@ -425,7 +372,7 @@ int xsa_free_set_check(const xsa_free_set *s, char *err, size_t errlen) {
     if (segments != s->segments)
         return xsa_check_fail(err, errlen, "free set: %zu segments attached, %zu counted", segments, s->segments);
     if (w.count != s->count || w.bytes != s->bytes)
-        return xsa_check_fail(err, errlen, "free set: %zu blocks/%zu bytes in the classes and pending, %zu/%zu counted", w.count, w.bytes,
+        return xsa_check_fail(err, errlen, "free set: %zu blocks/%zu bytes in the classes, %zu/%zu counted", w.count, w.bytes,
                     s->count, s->bytes);
     return 1;
 }

@@ -15,11 +15,6 @@
  * that first/next/prev/lower_bound cross into the next stream exactly as one
  * ordered set does; the stream last inserted into or erased from is cached.
  *
- * The block inserted last waits outside the classes, pending, until the
- * next insert moves it in; every query also looks at it. A cache hit that
- * splits a block and the free that merges it back insert and erase the same
- * few blocks in turn, so in that loop the classes are not touched at all.
- *
  * An index takes a few KiB and the cache-hit path must not allocate: the
  * pool attaches a stream when it creates a segment of (stream, kind) and
  * detaches it when that segment goes (blocks only exist inside segments).
@@ -35,7 +30,6 @@ typedef struct xsa_free_set {
     xsa_free_stream **streams; /* sorted by stream value */
     size_t n_streams, cap_streams;
     xsa_free_stream *last;     /* the stream last inserted into or erased from */
-    xsa_block *pending;        /* in the set, not in the classes; NULL: none */
     /* count and bytes are not adjacent: GCC would update them with one
      * 16-byte load that cannot be forwarded from insert's 8-byte stores
      * (a stall on every erase after an insert). */
@@ -64,8 +58,7 @@ xsa_block *xsa_free_set_prev(const xsa_free_set *s, const xsa_block *b);
 xsa_block *xsa_free_set_first(const xsa_free_set *s);
 
 /* Invariant checker (slow, for tests): stream order, bitmaps, classes,
- * treap order and heap, the pending block, count and bytes. Returns 0 with
- * err set on failure. */
+ * treap order and heap, count and bytes. Returns 0 with err set on failure. */
 int xsa_free_set_check(const xsa_free_set *s, char *err, size_t errlen);
 
 #endif
