@@ -69,11 +69,20 @@ void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s) {
  * PyTorch's does: the free pages of an expandable segment can always be
  * released. Like PyTorch, the hot paths change it once by the net effect
  * of a split or merge. */
-static inline bool counts_inactive_split(const xsa_block *b) { return !b->seg->expandable && xsa_block_is_split(b); }
+typedef struct split_tally {
+    int64_t count, bytes;
+} split_tally;
 
-static inline void inactive_split_change(xsa_pool *p, xsa_pool_kind kind, int64_t count, int64_t bytes) {
-    if (count) xsa_stats_update(p->stats.inactive_split, kind, count);
-    if (bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, bytes);
+/* Adds (sign +1) or takes away (-1) b's share of inactive_split. */
+static inline void tally(split_tally *t, const xsa_block *b, int sign) {
+    if (b->seg->expandable || !xsa_block_is_split(b)) return;
+    t->count += sign;
+    t->bytes += sign * (int64_t)b->size;
+}
+
+static inline void inactive_split_change(xsa_pool *p, xsa_pool_kind kind, split_tally t) {
+    if (t.count) xsa_stats_update(p->stats.inactive_split, kind, t.count);
+    if (t.bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, t.bytes);
 }
 
 /* A block becoming free: its age for garbage collection and recycling. */
@@ -83,13 +92,17 @@ static inline void stamp_free(xsa_pool *p, xsa_block *b) {
 }
 
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
+    split_tally t = {0, 0};
     stamp_free(p, b);
     xsa_free_set_insert(&p->free[b->seg->kind], b);
-    if (counts_inactive_split(b)) inactive_split_change(p, b->seg->kind, 1, (int64_t)b->size);
+    tally(&t, b, +1);
+    inactive_split_change(p, b->seg->kind, t);
 }
 
 void xsa_pool_erase_free(xsa_pool *p, xsa_block *b) {
-    if (counts_inactive_split(b)) inactive_split_change(p, b->seg->kind, -1, -(int64_t)b->size);
+    split_tally t = {0, 0};
+    tally(&t, b, -1);
+    inactive_split_change(p, b->seg->kind, t);
     xsa_free_set_erase(&p->free[b->seg->kind], b);
 }
 
@@ -262,8 +275,8 @@ static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
 static xsa_block *alloc_cached_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
     xsa_pool_kind kind = b->seg->kind;
     xsa_free_set *set = &p->free[kind];
-    bool counted = counts_inactive_split(b);
-    int64_t split_count = counted ? -1 : 0, split_bytes = counted ? -(int64_t)b->size : 0;
+    split_tally t = {0, 0};
+    tally(&t, b, -1);
     xsa_free_set_erase(set, b);
     if (should_split(p, b, size)) {
         xsa_block *front = xsa_pool_carve_front(p, b, size);
@@ -273,13 +286,10 @@ static xsa_block *alloc_cached_block(xsa_pool *p, xsa_block *b, size_t size, siz
         }
         stamp_free(p, b);
         xsa_free_set_insert(set, b);
-        if (counts_inactive_split(b)) {
-            split_count++;
-            split_bytes += (int64_t)b->size;
-        }
+        tally(&t, b, +1);
         b = front;
     }
-    inactive_split_change(p, kind, split_count, split_bytes);
+    inactive_split_change(p, kind, t);
     hand_out(p, b, requested);
     return b;
 }
@@ -488,24 +498,18 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     xsa_free_set *set = &p->free[kind];
     XSA_OBSERVE(p, XSA_OBS_FREE_COMPLETED, kind, b->ptr, b->requested, b->size, b->stream);
     /* Free neighbours merge in; inactive_split changes by the net effect. */
-    int64_t split_count = 0, split_bytes = 0;
+    split_tally t = {0, 0};
     xsa_block *side[2] = {b->prev, b->next};
     for (int i = 0; i < 2; i++) {
         if (!mergeable(side[i])) continue;
-        if (counts_inactive_split(side[i])) {
-            split_count--;
-            split_bytes -= (int64_t)side[i]->size;
-        }
+        tally(&t, side[i], -1);
         xsa_free_set_erase(set, side[i]);
         join(p, b, side[i]);
     }
     stamp_free(p, b);
     xsa_free_set_insert(set, b);
-    if (counts_inactive_split(b)) {
-        split_count++;
-        split_bytes += (int64_t)b->size;
-    }
-    inactive_split_change(p, kind, split_count, split_bytes);
+    tally(&t, b, +1);
+    inactive_split_change(p, kind, t);
     p->live_blocks--;
     xsa_stats_sub(p->stats.active, kind, 1);
     xsa_stats_sub(p->stats.active_bytes, kind, (int64_t)original);
