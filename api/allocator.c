@@ -262,6 +262,20 @@ xsa_status xsa_malloc_current(void **ptr, size_t size, void *stream) {
     return xsa_malloc(ptr, size, current_device, stream);
 }
 
+/* Locks device d and returns true with its pool, if it has one and, when
+ * must_own, that pool holds ptr; otherwise leaves it unlocked. */
+static inline bool lock_if_answers(int d, void *ptr, bool must_own, int *device, xsa_pool **pool) {
+    device_slot *s = &g.slot[d];
+    xsa_device_lock_acquire(&s->lock);
+    if (s->pool && (!must_own || xsa_pool_owns(s->pool, ptr))) {
+        *device = d;
+        *pool = s->pool;
+        return true;
+    }
+    xsa_device_lock_release(&s->lock);
+    return false;
+}
+
 /* Finds the pool that answers for ptr and returns it with its device's
  * lock held, or fails naming fn (nothing held). With one device that is
  * its pool, which reports a pointer it does not hold; otherwise pointers in
@@ -272,26 +286,11 @@ static xsa_status lock_owner(const char *fn, void *ptr, int *device, xsa_pool **
     if (st != XSA_SUCCESS) return st;
     int d = g.devices == 1 ? 0 : ptr ? xsa_ranges_find((uintptr_t)ptr) : -1;
     if (d >= 0) {
-        device_slot *s = &g.slot[d];
-        xsa_device_lock_acquire(&s->lock);
-        if (s->pool) {
-            *device = d;
-            *pool = s->pool;
-            return XSA_SUCCESS;
-        }
-        xsa_device_lock_release(&s->lock);
+        if (lock_if_answers(d, ptr, false, device, pool)) return XSA_SUCCESS;
     } else {
         d = current_device;
-        for (int i = 0; ptr && i < g.devices; i++, d = d + 1 < g.devices ? d + 1 : 0) {
-            device_slot *s = &g.slot[d];
-            xsa_device_lock_acquire(&s->lock);
-            if (s->pool && xsa_pool_owns(s->pool, ptr)) {
-                *device = d;
-                *pool = s->pool;
-                return XSA_SUCCESS;
-            }
-            xsa_device_lock_release(&s->lock);
-        }
+        for (int i = 0; ptr && i < g.devices; i++, d = d + 1 < g.devices ? d + 1 : 0)
+            if (lock_if_answers(d, ptr, true, device, pool)) return XSA_SUCCESS;
     }
     return xsa_fail(XSA_ERROR_INVALID_POINTER,
                     "%s(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", fn, ptr);
