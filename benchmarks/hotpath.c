@@ -27,9 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/xsalloc.h"
+#include "benchmarks/timing.h"
 #include "vmm/sim.h"
 
 #define RUNS 7
@@ -46,12 +46,6 @@ typedef struct bench {
     void *slot[SLOTS];
 } bench;
 
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
 static void die(const char *call, xsa_status st) {
     fprintf(stderr, "hotpath: %s failed: %s: %s\n", call, xsa_status_name(st), xsa_last_error());
     exit(1);
@@ -63,7 +57,7 @@ static void check(const char *call, xsa_status st) {
 
 /* ns per alloc+free pair of 1 MiB. */
 static double run_pair(bench *b) {
-    double t0 = now_ns();
+    double t0 = xsa_bench_now_ns();
     for (long i = 0; i < b->ops; i++) {
         void *p;
         xsa_status st = xsa_malloc(&p, 1 << 20, 0, NULL);
@@ -71,12 +65,12 @@ static double run_pair(bench *b) {
         st = xsa_free(p);
         if (st != XSA_SUCCESS) die("xsa_free", st);
     }
-    return (now_ns() - t0) / (double)b->ops;
+    return (xsa_bench_now_ns() - t0) / (double)b->ops;
 }
 
 /* ns per free+alloc op on the live slots. */
 static double run_slots(bench *b) {
-    double t0 = now_ns();
+    double t0 = xsa_bench_now_ns();
     for (long i = 0; i < b->ops; i++) {
         void **p = &b->slot[b->seq[i].slot];
         xsa_status st = xsa_free(*p);
@@ -84,7 +78,7 @@ static double run_slots(bench *b) {
         st = xsa_malloc(p, b->seq[i].size, 0, NULL);
         if (st != XSA_SUCCESS) die("xsa_malloc", st);
     }
-    return (now_ns() - t0) / (double)b->ops;
+    return (xsa_bench_now_ns() - t0) / (double)b->ops;
 }
 
 /* GHz from 2*10^7 dependent additions (x86: one a cycle); 0 elsewhere. */
@@ -92,9 +86,9 @@ static double core_ghz(void) {
 #if defined(__x86_64__)
     const long n = 20000000;
     uint64_t x = 0;
-    double t0 = now_ns();
+    double t0 = xsa_bench_now_ns();
     for (long i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
-    return (double)n / (now_ns() - t0);
+    return (double)n / (xsa_bench_now_ns() - t0);
 #else
     return 0;
 #endif
@@ -127,11 +121,6 @@ static void setup_slots(bench *b) {
     for (int i = 0; i < SLOTS; i++) check("xsa_malloc", xsa_malloc(&b->slot[i], draw_size(&rng), 0, NULL));
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Device allocations and recycled pages so far. */
 static int64_t driver_work(void) {
     xsa_device_stats s;
@@ -147,8 +136,7 @@ static void measure(double (*fn)(bench *), bench *b, double out[3], int64_t *mis
     int64_t before = driver_work();
     for (int i = 0; i < RUNS; i++) t[i] = fn(b);
     *misses = driver_work() - before;
-    qsort(t, RUNS, sizeof *t, cmp_double);
-    out[0] = t[RUNS / 2];
+    out[0] = xsa_bench_median(t, RUNS);
     out[1] = t[0];
     out[2] = t[RUNS - 1];
 }

@@ -14,9 +14,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "api/device_lock.h"
+#include "benchmarks/timing.h"
 
 #define N 20000000L
 #define RUNS 5
@@ -25,12 +25,6 @@ static volatile long sink[16];
 static xsa_device_lock device_lock;
 static _Atomic int exchange_state;
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 __attribute__((noinline)) static void work(long i) {
     for (int k = 0; k < 16; k++) sink[k] += i;
@@ -59,20 +53,14 @@ static void run_mutex(long i) {
 
 static void run_none(long i) { work(i); }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double measure(void (*fn)(long)) {
     double t[RUNS];
     for (int r = 0; r < RUNS; r++) {
-        double t0 = now_ns();
+        double t0 = xsa_bench_now_ns();
         for (long i = 0; i < N; i++) fn(i);
-        t[r] = (now_ns() - t0) / N;
+        t[r] = (xsa_bench_now_ns() - t0) / N;
     }
-    qsort(t, RUNS, sizeof *t, cmp_double);
-    return t[RUNS / 2];
+    return xsa_bench_median(t, RUNS);
 }
 
 int main(void) {

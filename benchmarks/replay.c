@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "benchmarks/replay_lib.h"
+#include "benchmarks/timing.h"
 #include "benchmarks/trace.h"
 
 #define LONG_TRACE 100000 /* events from which progress is printed */
@@ -110,11 +110,7 @@ static void print_json(const char *name, const char *conf, const xsa_replay_resu
     printf("}}\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return xsa_bench_now_ns() * 1e-9; }
 
 static int run(const args *a, const char *trace_path, FILE *series) {
     char err[1024], name[256];

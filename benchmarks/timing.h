@@ -1,0 +1,30 @@
+/*
+ * benchmarks/timing: the clock and the run statistics the benchmark
+ * programs share (header only: each is one binary with no other shared
+ * code).
+ */
+#ifndef XSA_BENCHMARKS_TIMING_H
+#define XSA_BENCHMARKS_TIMING_H
+
+#include <stdlib.h>
+#include <time.h>
+
+static inline double xsa_bench_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static inline int xsa_bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts n timed runs and returns their median (min and max are t[0] and
+ * t[n - 1] afterwards). */
+static inline double xsa_bench_median(double *t, size_t n) {
+    qsort(t, n, sizeof *t, xsa_bench_cmp_double);
+    return t[n / 2];
+}
+
+#endif
