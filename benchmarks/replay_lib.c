@@ -11,10 +11,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/internal.h"
 #include "api/xsalloc.h"
+#include "benchmarks/timing.h"
 #include "vmm/driver.h"
 #include "vmm/sim.h"
 
@@ -48,12 +48,6 @@ static int fail_call(replay *rp, xsa_status st, const char *fmt, ...) {
 }
 
 static void *stream_of(unsigned k) { return k == 0 ? NULL : (void *)(uintptr_t)(0x1000u + k); }
-
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 /* Writes the current values and the peaks since the previous sample; the
  * peaks are reset (and kept here) so that a plot shows the spikes between
@@ -102,12 +96,12 @@ static int run_events(replay *rp, xsa_replay_result *r) {
     xsa_driver_read_calls(d, before, ns_before);
     if (rp->series)
         fputs("event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak\n", rp->series);
-    double t0 = now_ns();
+    double t0 = xsa_bench_now_ns();
     for (size_t i = 0; i < n; i++) {
         if (run_event(rp, &rp->t->events[i])) return -1;
         if (rp->series && ((i + 1) % step == 0 || i + 1 == n) && sample(rp, i + 1)) return -1;
     }
-    double elapsed = now_ns() - t0;
+    double elapsed = xsa_bench_now_ns() - t0;
     xsa_driver_read_calls(d, after, ns_after);
     xsa_driver_time_calls(d, false);
     for (int i = 0; i < XSA_DRV_COUNT; i++) {
