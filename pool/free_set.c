@@ -133,9 +133,14 @@ static size_t stream_pos(const xsa_free_set *s, xsa_stream stream) {
     return lo;
 }
 
+/* Whether position i (from stream_pos) holds `stream`'s index. */
+static bool holds(const xsa_free_set *s, size_t i, xsa_stream stream) {
+    return i < s->n_streams && s->streams[i]->stream == stream;
+}
+
 static xsa_free_stream *search(const xsa_free_set *s, xsa_stream stream) {
     size_t i = stream_pos(s, stream);
-    return i < s->n_streams && s->streams[i]->stream == stream ? s->streams[i] : NULL;
+    return holds(s, i, stream) ? s->streams[i] : NULL;
 }
 
 /* The cached stream first: most programs allocate on one stream. */
@@ -146,7 +151,7 @@ static inline xsa_free_stream *lookup(const xsa_free_set *s, xsa_stream stream) 
 /* Position of the first index whose stream is above `stream`. */
 static size_t pos_after(const xsa_free_set *s, xsa_stream stream) {
     size_t i = stream_pos(s, stream);
-    return i < s->n_streams && s->streams[i]->stream == stream ? i + 1 : i;
+    return holds(s, i, stream) ? i + 1 : i;
 }
 
 /* Smallest block of x in class c or above, or NULL. */
@@ -177,7 +182,7 @@ static xsa_block *last_before(const xsa_free_set *s, size_t i) {
 
 bool xsa_free_set_attach(xsa_free_set *s, xsa_stream stream) {
     size_t i = stream_pos(s, stream);
-    if (i < s->n_streams && s->streams[i]->stream == stream) {
+    if (holds(s, i, stream)) {
         s->streams[i]->segments++;
         s->segments++;
         return true;
