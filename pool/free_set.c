@@ -58,9 +58,11 @@ static int prev_class(const xsa_free_stream *x, unsigned c) {
 
 /* ---- one class: a treap on (size, address) ---- */
 
-static bool before(const xsa_block *a, const xsa_block *b) {
-    return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
+static inline bool key_before(size_t size_a, uintptr_t ptr_a, size_t size_b, uintptr_t ptr_b) {
+    return size_a != size_b ? size_a < size_b : ptr_a < ptr_b;
 }
+
+static inline bool before(const xsa_block *a, const xsa_block *b) { return key_before(a->size, a->ptr, b->size, b->ptr); }
 
 /* Splits t into the keys before b (*lo) and after it (*hi). */
 static void split(xsa_block *t, const xsa_block *b, xsa_block **lo, xsa_block **hi) {
@@ -108,12 +110,12 @@ static void tree_erase(xsa_block **link, xsa_block *b) {
     b->left = b->right = NULL;
 }
 
-static xsa_block *leftmost(xsa_block *t) {
+static inline xsa_block *leftmost(xsa_block *t) {
     while (t->left) t = t->left;
     return t;
 }
 
-static xsa_block *rightmost(xsa_block *t) {
+static inline xsa_block *rightmost(xsa_block *t) {
     while (t->right) t = t->right;
     return t;
 }
@@ -258,6 +260,45 @@ void xsa_free_set_erase(xsa_free_set *s, xsa_block *b) {
     b->in_free_set = false;
     s->count--;
     s->bytes -= b->size;
+}
+
+/* Whether key (size, ptr) still falls between b's neighbours in treap t,
+ * b's class: then b can take it where it is. */
+static inline bool fits_in_place(const xsa_block *t, const xsa_block *b, size_t size, uintptr_t ptr) {
+    const xsa_block *lo = NULL, *hi = NULL; /* the nearest ancestors below and above b */
+    while (t != b) {
+        if (before(b, t)) {
+            hi = t;
+            t = t->left;
+        } else {
+            lo = t;
+            t = t->right;
+        }
+    }
+    if (b->left) lo = rightmost(b->left);
+    if (b->right) hi = leftmost(b->right);
+    return (!lo || key_before(lo->size, lo->ptr, size, ptr)) && (!hi || key_before(size, ptr, hi->size, hi->ptr));
+}
+
+void xsa_free_set_rekey(xsa_free_set *s, xsa_block *b, uintptr_t ptr, size_t size) {
+    xsa_free_stream *x = s->last = lookup(s, b->stream);
+    unsigned c = b->size_class, to = class_of(size);
+    s->bytes = s->bytes - b->size + size;
+    if (to == c && fits_in_place(x->root[c], b, size, ptr)) {
+        b->ptr = ptr;
+        b->size = size;
+        return;
+    }
+    /* Out of its class's treap and into the new place; its priority may
+     * stay, being independent of its key. */
+    tree_erase(&x->root[c], b);
+    if (!x->root[c] && !(x->words[c / 64] &= ~(1ull << (c % 64)))) x->top &= ~(1ull << (c / 64));
+    b->ptr = ptr;
+    b->size = size;
+    b->size_class = (uint16_t)to;
+    tree_insert(&x->root[to], b);
+    x->words[to / 64] |= 1ull << (to % 64);
+    x->top |= 1ull << (to / 64);
 }
 
 xsa_block *xsa_free_set_lower_bound(const xsa_free_set *s, xsa_stream stream, size_t size) {

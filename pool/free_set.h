@@ -3,9 +3,10 @@
  * (stream, size, address) like PyTorch's BlockComparatorSize, so that a
  * lower bound on (stream, size) is the best fit.
  *
- * Every cache hit does a lower bound, an erase and an insert or two, so the
- * set is a segregated fit as in TLSF, but exact: per stream, sizes map to
- * classes monotone in size (one per 512 B step below 32 KiB, then 16 per
+ * Every cache hit does a lower bound and changes the key of a block or two
+ * (the rest of a split, a block grown by a merge), so the set is a
+ * segregated fit as in TLSF, but exact: per stream, sizes map to classes
+ * monotone in size (one per 512 B step below 32 KiB, then 16 per
  * power of two); a two-level bitmap of the non-empty classes finds the next
  * one with a ctz; each class is a small treap ordered by (size, address),
  * linked through the blocks. The best fit is the lower bound inside the
@@ -13,7 +14,9 @@
  * the cost depends on the blocks sharing a class, not on all free blocks.
  * The per-stream indexes are kept in an array sorted by stream value, so
  * that first/next/prev/lower_bound cross into the next stream exactly as one
- * ordered set does; the stream last inserted into or erased from is cached.
+ * ordered set does; the stream last changed is cached. A rekey keeps the
+ * block where it is when its class and rank do not change, else moves it
+ * between classes with its treap priority (one lookup, no erase+insert).
  *
  * An index takes a few KiB and the cache-hit path must not allocate: the
  * pool attaches a stream when it creates a segment of (stream, kind) and
@@ -29,7 +32,7 @@ typedef struct xsa_free_stream xsa_free_stream;
 typedef struct xsa_free_set {
     xsa_free_stream **streams; /* sorted by stream value */
     size_t n_streams, cap_streams;
-    xsa_free_stream *last;     /* the stream last inserted into or erased from */
+    xsa_free_stream *last;     /* the stream last changed */
     /* count and bytes are not adjacent: GCC would update them with one
      * 16-byte load that cannot be forwarded from insert's 8-byte stores
      * (a stall on every erase after an insert). */
@@ -50,6 +53,11 @@ void xsa_free_set_destroy(xsa_free_set *s);
 
 void xsa_free_set_insert(xsa_free_set *s, xsa_block *b);
 void xsa_free_set_erase(xsa_free_set *s, xsa_block *b);
+/* Gives b (in the set) the extent (ptr, size), on the same stream. The
+ * split rest of a cache hit and a block that grows by a merge keep their
+ * class and rank among its blocks almost always, and then b stays where
+ * it is: a descent to b instead of an erase and an insert. */
+void xsa_free_set_rekey(xsa_free_set *s, xsa_block *b, uintptr_t ptr, size_t size);
 /* Smallest block with key >= (stream, size, 0), or NULL. */
 xsa_block *xsa_free_set_lower_bound(const xsa_free_set *s, xsa_stream stream, size_t size);
 /* The block after / before b's key, or NULL. */

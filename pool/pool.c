@@ -236,7 +236,9 @@ static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
     return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
 }
 
-xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size) {
+/* A new record for the first `size` bytes of b, linked before it; b's own
+ * extent is the caller's to shrink. NULL if out of host memory. */
+static xsa_block *new_front(xsa_pool *p, xsa_block *b, size_t size) {
     xsa_block *front = xsa_block_new(&p->blocks);
     if (!front) return NULL;
     front->ptr = b->ptr;
@@ -248,9 +250,16 @@ xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size) {
     if (front->prev) front->prev->next = front;
     front->next = b;
     b->prev = front;
-    b->ptr += size;
-    b->size -= size;
     xsa_fix_first(front);
+    return front;
+}
+
+xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size) {
+    xsa_block *front = new_front(p, b, size);
+    if (front) {
+        b->ptr += size;
+        b->size -= size;
+    }
     return front;
 }
 
@@ -269,25 +278,23 @@ static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, 1);
 }
 
-/* The cache hit: hands out `size` bytes at the start of free block b, taken
- * out of the free set; a split-off rest goes back in. NULL only if out of
- * host memory, with b still in the free set. */
+/* The cache hit: hands out `size` bytes at the start of free block b; a
+ * split-off rest stays in the free set (in place, as a rule), else b
+ * leaves it. NULL only if out of host memory, with b still in the set. */
 static xsa_block *alloc_cached_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
     xsa_pool_kind kind = b->seg->kind;
     xsa_free_set *set = &p->free[kind];
     split_tally t = {0, 0};
     tally(&t, b, -1);
-    xsa_free_set_erase(set, b);
     if (should_split(p, b, size)) {
-        xsa_block *front = xsa_pool_carve_front(p, b, size);
-        if (!front) {
-            xsa_free_set_insert(set, b);
-            return NULL;
-        }
+        xsa_block *front = new_front(p, b, size);
+        if (!front) return NULL;
+        xsa_free_set_rekey(set, b, b->ptr + size, b->size - size);
         stamp_free(p, b);
-        xsa_free_set_insert(set, b);
         tally(&t, b, +1);
         b = front;
+    } else {
+        xsa_free_set_erase(set, b);
     }
     inactive_split_change(p, kind, t);
     hand_out(p, b, requested);
@@ -470,45 +477,54 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
 
 /* ---- free ---- */
 
-/* absorb without the free-set removal. */
-static void join(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
-    if (gone == keep->prev) {
-        keep->ptr = gone->ptr;
-        keep->prev = gone->prev;
-        if (keep->prev) keep->prev->next = keep;
-    } else {
-        keep->next = gone->next;
-        if (keep->next) keep->next->prev = keep;
-    }
-    keep->size += gone->size;
-    xsa_fix_first(keep);
+/* Takes gone out of its segment's block list and recycles its record. */
+static void unlink_block(xsa_pool *p, xsa_block *gone) {
+    if (gone->prev)
+        gone->prev->next = gone->next;
+    else
+        gone->seg->first = gone->next;
+    if (gone->next) gone->next->prev = gone->prev;
     xsa_block_delete(&p->blocks, gone);
 }
 
 void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
     if (gone->mapped) xsa_pool_erase_free(p, gone);
-    join(p, keep, gone);
+    if (gone == keep->prev) keep->ptr = gone->ptr;
+    keep->size += gone->size;
+    unlink_block(p, gone);
 }
 
 static inline bool mergeable(const xsa_block *b) { return b && !xsa_block_in_use(b) && b->mapped; }
 
+/* Free neighbours merge with b into one free block. The record that stays
+ * is a neighbour's if there is one: it is already in the free set, and
+ * usually keeps its place there as it grows. */
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     size_t original = b->size;
     xsa_pool_kind kind = b->seg->kind;
     xsa_free_set *set = &p->free[kind];
     XSA_OBSERVE(p, XSA_OBS_FREE_COMPLETED, kind, b->ptr, b->requested, b->size, b->stream);
-    /* Free neighbours merge in; inactive_split changes by the net effect. */
+    xsa_block *prev = mergeable(b->prev) ? b->prev : NULL;
+    xsa_block *next = mergeable(b->next) ? b->next : NULL;
+    /* inactive_split changes by the net effect of the merge. */
     split_tally t = {0, 0};
-    xsa_block *side[2] = {b->prev, b->next};
-    for (int i = 0; i < 2; i++) {
-        if (!mergeable(side[i])) continue;
-        tally(&t, side[i], -1);
-        xsa_free_set_erase(set, side[i]);
-        join(p, b, side[i]);
+    if (prev) tally(&t, prev, -1);
+    if (next) tally(&t, next, -1);
+    uintptr_t ptr = prev ? prev->ptr : b->ptr;
+    size_t size = (prev ? prev->size : 0) + b->size + (next ? next->size : 0);
+    xsa_block *keep = prev ? prev : next ? next : b;
+    if (prev && next) {
+        xsa_free_set_erase(set, next);
+        unlink_block(p, next);
     }
-    stamp_free(p, b);
-    xsa_free_set_insert(set, b);
-    tally(&t, b, +1);
+    if (keep != b) {
+        unlink_block(p, b);
+        xsa_free_set_rekey(set, keep, ptr, size);
+    } else {
+        xsa_free_set_insert(set, b);
+    }
+    stamp_free(p, keep);
+    tally(&t, keep, +1);
     inactive_split_change(p, kind, t);
     p->live_blocks--;
     xsa_stats_sub(p->stats.active, kind, 1);

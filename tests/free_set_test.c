@@ -1,8 +1,9 @@
 /*
  * free_set_test: the free set (pool/free_set) against a brute-force oracle,
- * a sorted array of the same blocks. Random insert, erase, lower_bound,
- * next, prev and first over several streams (attached and detached as
- * segments come and go) and sizes from 512 B to 2^40 B: the exact classes,
+ * a sorted array of the same blocks. Random insert, erase, rekey (nearby
+ * keys, as splits and merges give, and any), lower_bound, next, prev and
+ * first over several streams (attached and detached as segments come and
+ * go) and sizes from 512 B to 2^40 B: the exact classes,
  * both sides of class boundaries, equal sizes ordered by address, huge
  * blocks. Every result must be the oracle's, and the free set's own checker
  * runs after every step.
@@ -153,6 +154,41 @@ static void do_erase(state *t) {
     t->in_stream[stream_index(b->stream)]--;
 }
 
+/* A member takes a new key on its stream: mostly a nearby one (as a split
+ * rest or a merge gives, often keeping its place), else any size. */
+static void do_rekey(state *t) {
+    if (!t->n_in) return;
+    size_t i = rnd(t) % t->n_in;
+    xsa_block *b = t->in[i];
+    size_t size = b->size;
+    uintptr_t ptr = b->ptr;
+    switch (rnd(t) % 4) {
+    case 0: /* the rest of a split: smaller, from a higher address */
+        if (size > 512) size -= 512 * (1 + rnd(t) % (size / 512 - 1 < 8 ? size / 512 - 1 : 8));
+        ptr = (ptr & ~(uintptr_t)0xffffffff) | ++t->next_ptr;
+        break;
+    case 1: /* grown by a merge with the block after it */
+        size += 512 * (1 + rnd(t) % 8);
+        break;
+    case 2: /* grown by a merge with the block before it */
+        size += 512 * (1 + rnd(t) % 8);
+        ptr = (uintptr_t)(rnd(t) % 1000) << 32 | ++t->next_ptr;
+        break;
+    default:
+        size = draw_size(t);
+    }
+    memmove(&t->in[i], &t->in[i + 1], (t->n_in - i - 1) * sizeof *t->in);
+    t->n_in--;
+    t->bytes += size - b->size;
+    xsa_free_set_rekey(&t->set, b, ptr, size);
+    assert_true(b->in_free_set);
+    assert_true(b->size == size && b->ptr == ptr);
+    size_t j = oracle_pos(t, b->stream, b->size, b->ptr, false);
+    memmove(&t->in[j + 1], &t->in[j], (t->n_in - j) * sizeof *t->in);
+    t->in[j] = b;
+    t->n_in++;
+}
+
 /* A member, or (half the time) a key that need not be in the set. */
 static xsa_block draw_probe(state *t) {
     xsa_block probe;
@@ -170,6 +206,8 @@ static void do_step(state *t, unsigned grow) {
         do_insert(t);
     } else if (op < 60) {
         do_erase(t);
+    } else if (op < 67) {
+        do_rekey(t);
     } else if (op < 75) {
         xsa_stream stream = streams[rnd(t) % N_STREAMS];
         size_t size = draw_query(t);
