@@ -81,18 +81,8 @@ static double run_slots(bench *b) {
     return (xsa_bench_now_ns() - t0) / (double)b->ops;
 }
 
-/* GHz from 2*10^7 dependent additions (x86: one a cycle); 0 elsewhere. */
-static double core_ghz(void) {
-#if defined(__x86_64__)
-    const long n = 20000000;
-    uint64_t x = 0;
-    double t0 = xsa_bench_now_ns();
-    for (long i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
-    return (double)n / (xsa_bench_now_ns() - t0);
-#else
-    return 0;
-#endif
-}
+/* GHz from 2*10^7 dependent additions. */
+static double core_ghz(void) { return xsa_bench_core_ghz(20000000); }
 
 static uint64_t xorshift(uint64_t *s) {
     *s ^= *s << 13;

@@ -6,6 +6,7 @@
 #ifndef XSA_BENCHMARKS_TIMING_H
 #define XSA_BENCHMARKS_TIMING_H
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -25,6 +26,20 @@ static inline int xsa_bench_cmp_double(const void *a, const void *b) {
 static inline double xsa_bench_median(double *t, size_t n) {
     qsort(t, n, sizeof *t, xsa_bench_cmp_double);
     return t[n / 2];
+}
+
+/* The core clock in GHz, from n dependent additions (x86: one a cycle);
+ * 0 elsewhere. */
+static inline double xsa_bench_core_ghz(long n) {
+#if defined(__x86_64__)
+    uint64_t x = 0;
+    double t0 = xsa_bench_now_ns();
+    for (long i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
+    return (double)n / (xsa_bench_now_ns() - t0);
+#else
+    (void)n;
+    return 0;
+#endif
 }
 
 #endif
