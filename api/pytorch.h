@@ -28,23 +28,23 @@ extern "C" {
 
 /* xsa_malloc / xsa_free / xsa_empty_cache that keep the thread's current
  * CUDA context. */
-xsa_status xsa_ctx_malloc(void **ptr, size_t size, int device, void *stream);
-xsa_status xsa_ctx_free(void *ptr);
-xsa_status xsa_ctx_empty_cache(void);
+XSA_API xsa_status xsa_ctx_malloc(void **ptr, size_t size, int device, void *stream);
+XSA_API xsa_status xsa_ctx_free(void *ptr);
+XSA_API xsa_status xsa_ctx_empty_cache(void);
 
 /* CUDAPluggableAllocator(path, "xsa_torch_malloc", "xsa_torch_free").
  * size 0 or a failure returns NULL; free ignores size, device and stream
  * (xsalloc knows them). */
-void *xsa_torch_malloc(ssize_t size, int device, void *stream);
-void xsa_torch_free(void *ptr, ssize_t size, int device, void *stream);
+XSA_API void *xsa_torch_malloc(ssize_t size, int device, void *stream);
+XSA_API void xsa_torch_free(void *ptr, ssize_t size, int device, void *stream);
 
 /* Hooks: set_record_stream_fn, set_reset_fn (torch.cuda.empty_cache),
  * set_memory_fraction_fn, set_base_alloc_fn. base_alloc returns NULL and
  * *size 0 for a pointer xsalloc does not own. */
-void xsa_torch_record_stream(void *ptr, void *stream);
-void xsa_torch_empty_cache(void);
-void xsa_torch_set_memory_fraction(double fraction, int device);
-void *xsa_torch_base_alloc(void *ptr, size_t *size);
+XSA_API void xsa_torch_record_stream(void *ptr, void *stream);
+XSA_API void xsa_torch_empty_cache(void);
+XSA_API void xsa_torch_set_memory_fraction(double fraction, int device);
+XSA_API void *xsa_torch_base_alloc(void *ptr, size_t *size);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,13 @@
 extern "C" {
 #endif
 
+/* The names the shared library exports: it is built with
+ * -fvisibility=hidden, so that calls inside it are direct (and inlined
+ * across files with link-time optimisation) and only this API is seen. */
+#ifndef XSA_API
+#define XSA_API __attribute__((visibility("default")))
+#endif
+
 typedef enum xsa_status {
     XSA_SUCCESS = 0,
     XSA_ERROR_INVALID_VALUE,     /* a bad argument (NULL out-pointer, bad fraction...) */
@@ -37,53 +44,53 @@ typedef enum xsa_status {
     XSA_ERROR_NOT_SUPPORTED,     /* not possible here: classic segments, IPC off, peer access the hardware cannot do */
 } xsa_status;
 
-const char *xsa_status_name(xsa_status status);
+XSA_API const char *xsa_status_name(xsa_status status);
 /* The detail of the last error on this thread ("" if none). */
-const char *xsa_last_error(void);
+XSA_API const char *xsa_last_error(void);
 
 /* Selects the driver before initialisation: "cuda", "sim", or NULL for the
  * default (environment XSA_DRIVER, else cuda when a GPU is usable, else sim). */
-xsa_status xsa_use_driver(const char *name);
+XSA_API xsa_status xsa_use_driver(const char *name);
 /* Name of the driver in use ("cuda" or "sim"); initialises if needed. */
-const char *xsa_driver_name(void);
+XSA_API const char *xsa_driver_name(void);
 
 /* Initialises from `conf` (PYTORCH_CUDA_ALLOC_CONF syntax), or from the
  * environment variable XSALLOC_CONF when conf is NULL. Fails with
  * XSA_ERROR_ALREADY_INITIALIZED if initialised (call xsa_shutdown first). */
-xsa_status xsa_init(const char *conf);
+XSA_API xsa_status xsa_init(const char *conf);
 /* Frees every cached block, returns all memory to the driver and forgets the
  * configuration. Live allocations are released too (their pointers become
  * invalid); xsa_live_allocations tells how many there were. Blocks this
  * process imported (xsa_ipc_import) are closed; exports not yet imported
  * are revoked. */
-xsa_status xsa_shutdown(void);
+XSA_API xsa_status xsa_shutdown(void);
 
-xsa_status xsa_device_count(int *count);
+XSA_API xsa_status xsa_device_count(int *count);
 /* The calling thread's current device (default 0), used by xsa_malloc_current. */
-xsa_status xsa_set_device(int device);
-xsa_status xsa_get_device(int *device);
+XSA_API xsa_status xsa_set_device(int device);
+XSA_API xsa_status xsa_get_device(int *device);
 
 /* Allocates `size` bytes on `device` for use on `stream` (NULL: the legacy
  * default stream). size 0 succeeds with *ptr = NULL. */
-xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream);
-xsa_status xsa_malloc_current(void **ptr, size_t size, void *stream);
+XSA_API xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream);
+XSA_API xsa_status xsa_malloc_current(void **ptr, size_t size, void *stream);
 /* Frees a pointer returned by xsa_malloc. NULL is a no-op. If the block was
  * used on other streams (xsa_record_stream), it returns to the cache once
  * the work queued on those streams so far has completed. */
-xsa_status xsa_free(void *ptr);
+XSA_API xsa_status xsa_free(void *ptr);
 /* Marks `ptr` as used by `stream` (PyTorch's recordStream). */
-xsa_status xsa_record_stream(void *ptr, void *stream);
+XSA_API xsa_status xsa_record_stream(void *ptr, void *stream);
 
 /* Releases every cached (free) block's memory to the driver on all devices,
  * waiting for pending record_stream events first. */
-xsa_status xsa_empty_cache(void);
+XSA_API xsa_status xsa_empty_cache(void);
 /* Free cached bytes on a device and the largest free cached block. */
-xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest);
+XSA_API xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest);
 /* The segment allocation (cuMemAlloc'd segment, or expandable range's mapped
  * extent) containing `ptr`: its base and size. */
-xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size);
+XSA_API xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size);
 /* Caps reserved memory on `device` at fraction * device total (0 < f <= 1). */
-xsa_status xsa_set_memory_fraction(double fraction, int device);
+XSA_API xsa_status xsa_set_memory_fraction(double fraction, int device);
 
 /* One statistic, as in PyTorch's Stat. */
 typedef struct xsa_stat {
@@ -121,9 +128,9 @@ typedef struct xsa_device_stats {
     int64_t num_pages_recycled;
 } xsa_device_stats;
 
-xsa_status xsa_get_stats(int device, xsa_device_stats *stats);
-xsa_status xsa_reset_peak_stats(int device);
-xsa_status xsa_reset_accumulated_stats(int device);
+XSA_API xsa_status xsa_get_stats(int device, xsa_device_stats *stats);
+XSA_API xsa_status xsa_reset_peak_stats(int device);
+XSA_API xsa_status xsa_reset_accumulated_stats(int device);
 
 /* ---- Several GPUs: peer access ----
  *
@@ -138,7 +145,7 @@ xsa_status xsa_reset_accumulated_stats(int device);
  * part-way may leave some segments granted; calling again completes it.
  * peer_access:True in XSALLOC_CONF does this for every peer that can access
  * a device, when the device's allocator is created. */
-xsa_status xsa_enable_peer_access(int device, int peer);
+XSA_API xsa_status xsa_enable_peer_access(int device, int peer);
 
 /* ---- Several processes: IPC export of a block ----
  *
@@ -193,40 +200,40 @@ typedef struct xsa_ipc_handle {
 /* Exports the live block at `ptr` (the pointer xsa_malloc returned).
  * XSA_ERROR_NOT_SUPPORTED if IPC is off or the block is classic;
  * XSA_ERROR_INVALID_VALUE if it spans more than XSA_IPC_MAX_PAGES pages. */
-xsa_status xsa_ipc_export(void *ptr, xsa_ipc_handle *handle);
+XSA_API xsa_status xsa_ipc_export(void *ptr, xsa_ipc_handle *handle);
 /* Ends an export that was not imported (the exporter's side); fails with
  * XSA_ERROR_INVALID_VALUE if the importer has it (it ends at its close) or
  * the export is no longer pending. */
-xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle);
+XSA_API xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle);
 /* Maps an exported block into this process for use on `device`.
  * XSA_ERROR_INVALID_VALUE for a malformed or stale handle. */
-xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr);
+XSA_API xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr);
 /* Unmaps an imported block and tells the exporter. */
-xsa_status xsa_ipc_close(void *ptr);
+XSA_API xsa_status xsa_ipc_close(void *ptr);
 /* Sends the handle and its n_pages + 1 fds over a connected Unix socket
  * (several messages when there are more fds than one message carries). */
-xsa_status xsa_ipc_send(int socket_fd, const xsa_ipc_handle *handle);
+XSA_API xsa_status xsa_ipc_send(int socket_fd, const xsa_ipc_handle *handle);
 /* Receives a handle sent by xsa_ipc_send; its fds are the caller's. */
-xsa_status xsa_ipc_recv(int socket_fd, xsa_ipc_handle *handle);
+XSA_API xsa_status xsa_ipc_recv(int socket_fd, xsa_ipc_handle *handle);
 /* Closes the handle's fds (those >= 0) and sets them to -1. */
-void xsa_ipc_handle_close(xsa_ipc_handle *handle);
+XSA_API void xsa_ipc_handle_close(xsa_ipc_handle *handle);
 
 /* Runs every invariant checker of the device's allocator (blocks tile the
  * segments, free sets hold exactly the free blocks, stats equal a recount,
  * segment pages and handles agree). XSA_SUCCESS or XSA_ERROR_INVALID_VALUE
  * with the first disagreement in the message. For tests. */
-xsa_status xsa_check_invariants(int device);
+XSA_API xsa_status xsa_check_invariants(int device);
 
 /* ---- Observability: summary, snapshots, trace recording, memory hooks ----
  * Buffers returned below are malloc'd; free them with xsa_free_buffer (or
  * free()). */
-void xsa_free_buffer(void *buffer);
+XSA_API void xsa_free_buffer(void *buffer);
 
 /* torch.cuda.memory_summary()'s table for `device`, same rows, columns and
  * byte and count formatting (only the title names xsalloc). abbreviated != 0
  * leaves out the "from large pool" / "from small pool" rows. *out: a
  * NUL-terminated string. */
-xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
+XSA_API xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
 
 /* A snapshot of every device, with the structure of PyTorch's
  * torch.cuda.memory._snapshot(): "segments" (device, address, total_size,
@@ -243,12 +250,12 @@ xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
  * reserved_size, mapped_size, stream, segment_type and mapped_ranges
  * ([address, size] pairs). Frames are always empty. *out: a NUL-terminated
  * JSON text. */
-xsa_status xsa_snapshot_json(char **out);
+XSA_API xsa_status xsa_snapshot_json(char **out);
 /* The same snapshot as a pickle (protocol 4 opcodes, no Python needed),
  * which pytorch.org/memory_viz and torch.cuda._memory_viz open. */
-xsa_status xsa_snapshot_pickle(void **bytes, size_t *len);
+XSA_API xsa_status xsa_snapshot_pickle(void **bytes, size_t *len);
 /* Writes xsa_snapshot_pickle's bytes to `path` (PyTorch's _dump_snapshot). */
-xsa_status xsa_dump_snapshot(const char *path);
+XSA_API xsa_status xsa_dump_snapshot(const char *path);
 
 /* Trace recording, off by default. enabled != 0 starts recording on every
  * device into a fresh ring of the last max_entries (>= 1) events per
@@ -258,13 +265,13 @@ xsa_status xsa_dump_snapshot(const char *path);
  * size (the requested size for alloc and free events), stream and
  * CLOCK_MONOTONIC time. enabled == 0 stops recording; what was recorded
  * stays in snapshots until recording starts again or xsa_shutdown. */
-xsa_status xsa_record_history(int enabled, size_t max_entries);
+XSA_API xsa_status xsa_record_history(int enabled, size_t max_entries);
 /* Writes `device`'s recorded events as a trace that the benchmarks replay
  * (benchmarks/README.md): "a <id> <bytes> <stream>", "f <id>" and
  * "r <id> <stream>" lines, ids dense from 0, streams numbered in order of
  * first use. Events about allocations made before the oldest recorded
  * event are left out, so the file always replays. */
-xsa_status xsa_write_trace(int device, const char *path);
+XSA_API xsa_status xsa_write_trace(int device, const char *path);
 
 /* Memory hooks, after CuPy's MemoryHook. For one xsa_malloc: malloc_pre,
  * then only if the cache missed alloc_pre and (if new memory was obtained)
@@ -295,8 +302,8 @@ typedef struct xsa_memory_hooks {
 /* Registers a set of hooks (copied) with `user` passed to each; *id names
  * it for xsa_unregister_hooks. Sets are called in the order of their ids.
  * At most XSA_MAX_HOOKS sets; xsa_shutdown unregisters them all. */
-xsa_status xsa_register_hooks(const xsa_memory_hooks *hooks, void *user, int *id);
-xsa_status xsa_unregister_hooks(int id);
+XSA_API xsa_status xsa_register_hooks(const xsa_memory_hooks *hooks, void *user, int *id);
+XSA_API xsa_status xsa_unregister_hooks(int id);
 
 
 #ifdef __cplusplus

@@ -6,5 +6,9 @@ def xsa_test(name, srcs, deps = [], **kwargs):
         srcs = srcs,
         deps = deps,
         linkopts = ["-lcmocka", "-lpthread", "-ldl"],
+        # The libraries are compiled with hidden visibility (libxsalloc.so
+        # exports the XSA_API names alone), so tests link their objects
+        # rather than Bazel's per-library shared objects.
+        linkstatic = True,
         **kwargs
     )

@@ -18,6 +18,12 @@
 
 #define XSA_SIM_MAX_DEVICES 8
 
+/* Exported by the shared library like the API (api/xsalloc.h): tests
+ * drive the simulated driver through it. */
+#ifndef XSA_API
+#define XSA_API __attribute__((visibility("default")))
+#endif
+
 typedef struct xsa_sim_config {
     int devices;                 /* 1..XSA_SIM_MAX_DEVICES, default 1 */
     size_t capacity;             /* physical bytes per device, default 80 GiB */
@@ -29,25 +35,25 @@ typedef struct xsa_sim_config {
     unsigned char peer[XSA_SIM_MAX_DEVICES][XSA_SIM_MAX_DEVICES];
 } xsa_sim_config;
 
-void xsa_sim_default_config(xsa_sim_config *config);
+XSA_API void xsa_sim_default_config(xsa_sim_config *config);
 
 /*
  * Applies a configuration. Only legal while the simulated driver holds no
  * handle, mapping, reservation, allocation or event (returns
  * XSA_CU_ERROR_NOT_PERMITTED otherwise). Resets call counters and faults.
  */
-xsa_cu_result xsa_sim_configure(const xsa_sim_config *config);
+XSA_API xsa_cu_result xsa_sim_configure(const xsa_sim_config *config);
 
 /* Fault injection: the nth call (1 = the next one) of `entry` from now on
  * fails with `error` and has no effect. Several faults may be armed. */
-void xsa_sim_fail_call(xsa_driver_entry entry, uint64_t nth, xsa_cu_result error);
-void xsa_sim_clear_faults(void);
+XSA_API void xsa_sim_fail_call(xsa_driver_entry entry, uint64_t nth, xsa_cu_result error);
+XSA_API void xsa_sim_clear_faults(void);
 
 /* Events: everything recorded so far on `stream` (or on every stream) has
  * completed. */
-void xsa_sim_complete_stream(xsa_stream stream);
-void xsa_sim_complete_all(void);
-void xsa_sim_set_eager_events(int eager);
+XSA_API void xsa_sim_complete_stream(xsa_stream stream);
+XSA_API void xsa_sim_complete_all(void);
+XSA_API void xsa_sim_set_eager_events(int eager);
 
 typedef struct xsa_sim_usage {
     size_t handles;             /* created or imported and not yet freed (released-but-mapped count) */
@@ -62,14 +68,14 @@ typedef struct xsa_sim_usage {
     size_t device_used[XSA_SIM_MAX_DEVICES]; /* physical bytes per device */
 } xsa_sim_usage;
 
-void xsa_sim_get_usage(xsa_sim_usage *usage);
+XSA_API void xsa_sim_get_usage(xsa_sim_usage *usage);
 
 /* Devices granted read/write on the page holding ptr (bit d: device d);
  * 0 where nothing is mapped or ptr is in no reservation. */
-unsigned xsa_sim_page_access(xsa_devptr ptr);
+XSA_API unsigned xsa_sim_page_access(xsa_devptr ptr);
 
 /* Invariant checker: handle table, mappings and counters agree. Returns 1 if
  * consistent, else 0 with a sentence in err. */
-int xsa_sim_check(char *err, size_t errlen);
+XSA_API int xsa_sim_check(char *err, size_t errlen);
 
 #endif

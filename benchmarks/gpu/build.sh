@@ -6,14 +6,14 @@
 #
 # SRC_DIR is a source tree (vmm/, pool/, api/, benchmarks/); the library is
 # an archive, so that only the objects the tools need link. The flags are
-# the Bazel build's (-O2, link-time optimisation), plus any given.
+# the Bazel build's (-O2, link-time optimisation, hidden visibility), plus any given.
 set -euo pipefail
 src=$(cd "$1" && pwd)
 out=$2
 shift 2
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-cflags=(-std=c11 -O2 -flto=auto -D_GNU_SOURCE -Wall "-I$src" -I/usr/local/cuda/include "$@")
+cflags=(-std=c11 -O2 -flto=auto -fvisibility=hidden -D_GNU_SOURCE -Wall "-I$src" -I/usr/local/cuda/include "$@")
 rm -f "$out"/*.o "$out/libxsalloc.a"
 pids=()
 for f in "$src"/vmm/*.c "$src"/pool/*.c "$src"/api/*.c; do

@@ -10,7 +10,7 @@ out=${OUT:-$(mktemp -d /tmp/xsa-py.XXXXXX)}
 mkdir -p "$out"
 cuda_include="${CUDA_HOME:-/usr/local/cuda}/include"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-gcc -O2 -flto=auto -shared -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -I. -I"$cuda_include" \
+gcc -O2 -flto=auto -fvisibility=hidden -shared -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -I. -I"$cuda_include" \
     vmm/*.c pool/*.c api/*.c -ldl -lpthread -o "$out/libxsalloc.so"
 export XSALLOC_LIBRARY="$out/libxsalloc.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 python3 tests/gpu/torch_cupy_check.py
