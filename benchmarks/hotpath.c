@@ -3,6 +3,7 @@
  * benchmarks/traces/README.md, beside PyTorch's figures from there.
  *
  *   bazel run //benchmarks:hotpath -- [--driver sim|cuda] [--conf STR] [--ops N]
+ *                                     [--entry api|torch]
  *
  *   pair:  alloc 1 MiB + free on one stream, repeated (ns per pair)
  *   slots: 64 live slots of log-uniform sizes 512 B - 64 MiB; each op frees
@@ -13,9 +14,11 @@
  * xorshift and are drawn before timing, so only xsalloc calls are timed and
  * every run (and every allocator compared) sees the same sequence. Sizes
  * are log-uniform per binary octave (octave uniform in 2^9..2^25, then
- * uniform within it). Prints a table, then one JSON line last on stdout
- * ({"driver", "conf", "ops", "pair_ns", "slots_ns", "pair_misses",
- * "slots_misses", "core_ghz"}) for scripts. A miss is a timed call that
+ * uniform within it). --entry torch times the entry points PyTorch's
+ * pluggable allocator calls (xsa_torch_malloc/free) instead of the C API.
+ * Prints a table, then one JSON line last on stdout ({"driver", "conf",
+ * "entry", "ops", "pair_ns", "slots_ns", "pair_misses", "slots_misses",
+ * "core_ghz"}) for scripts. A miss is a timed call that
  * went to the driver (new device memory or pages moved by recycling): the
  * patterns measure cache hits, so the counts say how pure they were.
  * core_ghz is the core's clock while timing, from a chain of dependent
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/pytorch.h"
 #include "api/xsalloc.h"
 #include "benchmarks/timing.h"
 #include "vmm/sim.h"
@@ -42,6 +46,7 @@ typedef struct op {
 
 typedef struct bench {
     long ops;
+    bool torch;         /* --entry torch */
     op *seq;            /* slots pattern */
     void *slot[SLOTS];
 } bench;
@@ -55,31 +60,54 @@ static void check(const char *call, xsa_status st) {
     if (st != XSA_SUCCESS) die(call, st);
 }
 
+/* One allocation or free through the entry points timed: xsalloc's C API
+ * (device 0, the legacy default stream), or with torch set the ones
+ * PyTorch's CUDAPluggableAllocator calls (api/pytorch.h), which also keep
+ * the thread's current CUDA context. Inlined with torch a constant, so each
+ * loop calls its entry points directly. */
+static inline __attribute__((always_inline)) void alloc_via(bool torch, void **p, size_t size) {
+    if (torch) {
+        if (!(*p = xsa_torch_malloc((ssize_t)size, 0, NULL))) die("xsa_torch_malloc", XSA_ERROR_OUT_OF_MEMORY);
+        return;
+    }
+    xsa_status st = xsa_malloc(p, size, 0, NULL);
+    if (st != XSA_SUCCESS) die("xsa_malloc", st);
+}
+
+static inline __attribute__((always_inline)) void free_via(bool torch, void *p) {
+    if (torch) {
+        xsa_torch_free(p, 0, 0, NULL);
+        return;
+    }
+    xsa_status st = xsa_free(p);
+    if (st != XSA_SUCCESS) die("xsa_free", st);
+}
+
 /* ns per alloc+free pair of 1 MiB. */
-static double run_pair(bench *b) {
+static inline __attribute__((always_inline)) double pair_via(bool torch, bench *b) {
     double t0 = xsa_bench_now_ns();
     for (long i = 0; i < b->ops; i++) {
         void *p;
-        xsa_status st = xsa_malloc(&p, 1 << 20, 0, NULL);
-        if (st != XSA_SUCCESS) die("xsa_malloc", st);
-        st = xsa_free(p);
-        if (st != XSA_SUCCESS) die("xsa_free", st);
+        alloc_via(torch, &p, 1 << 20);
+        free_via(torch, p);
     }
     return (xsa_bench_now_ns() - t0) / (double)b->ops;
 }
 
 /* ns per free+alloc op on the live slots. */
-static double run_slots(bench *b) {
+static inline __attribute__((always_inline)) double slots_via(bool torch, bench *b) {
     double t0 = xsa_bench_now_ns();
     for (long i = 0; i < b->ops; i++) {
         void **p = &b->slot[b->seq[i].slot];
-        xsa_status st = xsa_free(*p);
-        if (st != XSA_SUCCESS) die("xsa_free", st);
-        st = xsa_malloc(p, b->seq[i].size, 0, NULL);
-        if (st != XSA_SUCCESS) die("xsa_malloc", st);
+        free_via(torch, *p);
+        alloc_via(torch, p, b->seq[i].size);
     }
     return (xsa_bench_now_ns() - t0) / (double)b->ops;
 }
+
+static double run_pair(bench *b) { return b->torch ? pair_via(true, b) : pair_via(false, b); }
+
+static double run_slots(bench *b) { return b->torch ? slots_via(true, b) : slots_via(false, b); }
 
 /* GHz from 2*10^7 dependent additions. */
 static double core_ghz(void) { return xsa_bench_core_ghz(20000000); }
@@ -132,7 +160,7 @@ static void measure(double (*fn)(bench *), bench *b, double out[3], int64_t *mis
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: hotpath [--driver sim|cuda] [--conf 'XSALLOC_CONF string'] [--ops N]\n");
+    fprintf(stderr, "usage: hotpath [--driver sim|cuda] [--conf 'XSALLOC_CONF string'] [--ops N] [--entry api|torch]\n");
     return 2;
 }
 
@@ -144,6 +172,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--driver") == 0) driver = argv[++i];
         else if (strcmp(argv[i], "--conf") == 0) conf = argv[++i];
         else if (strcmp(argv[i], "--ops") == 0 && (b.ops = atol(argv[++i])) > 0) continue;
+        else if (strcmp(argv[i], "--entry") == 0 && (strcmp(argv[i + 1], "api") == 0 || strcmp(argv[i + 1], "torch") == 0))
+            b.torch = strcmp(argv[++i], "torch") == 0;
         else return usage();
     }
     check("xsa_use_driver", xsa_use_driver(driver));
@@ -160,8 +190,9 @@ int main(int argc, char **argv) {
     setup_slots(&b);
     measure(run_slots, &b, slots, &slots_misses);
     ghz = (ghz + core_ghz()) / 2;
-    printf("Hot path (driver %s, conf '%s', %ld ops a run, median of %d runs after a warm-up)\n\n",
-           xsa_driver_name(), shown, b.ops, RUNS);
+    const char *entry = b.torch ? "torch" : "api";
+    printf("Hot path (driver %s, conf '%s', entry points %s, %ld ops a run, median of %d runs after a warm-up)\n\n",
+           xsa_driver_name(), shown, entry, b.ops, RUNS);
     printf("| %-40s | %9s | %13s | %7s | %10s | %15s |\n", "pattern", "xsalloc", "(min-max)",
            "native", "expandable", "cudaMallocAsync");
     printf("|%s|%s|%s|%s|%s|%s|\n", "------------------------------------------", "-----------",
@@ -173,9 +204,9 @@ int main(int argc, char **argv) {
     printf("\nPyTorch 2.11 figures on an H100 from benchmarks/traces/README.md.\n");
     printf("\nTimed calls that went to the driver: %lld (pair), %lld (slots). Core clock: %.2f GHz.\n",
            (long long)pair_misses, (long long)slots_misses, ghz);
-    printf("{\"driver\": \"%s\", \"conf\": \"%s\", \"ops\": %ld, \"pair_ns\": %.1f, \"slots_ns\": %.1f"
+    printf("{\"driver\": \"%s\", \"conf\": \"%s\", \"entry\": \"%s\", \"ops\": %ld, \"pair_ns\": %.1f, \"slots_ns\": %.1f"
            ", \"pair_misses\": %lld, \"slots_misses\": %lld, \"core_ghz\": %.2f}\n",
-           xsa_driver_name(), shown, b.ops, pair[0], slots[0], (long long)pair_misses, (long long)slots_misses, ghz);
+           xsa_driver_name(), shown, entry, b.ops, pair[0], slots[0], (long long)pair_misses, (long long)slots_misses, ghz);
     for (int i = 0; i < SLOTS; i++) check("xsa_free", xsa_free(b.slot[i]));
     free(b.seq);
     check("xsa_shutdown", xsa_shutdown());
