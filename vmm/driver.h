@@ -159,6 +159,16 @@ void xsa_driver_time_calls(xsa_driver *d, bool on);
  */
 xsa_driver *xsa_driver_cuda(char *err, size_t errlen);
 
+/*
+ * The calling thread's CUDA context across a call (api/pytorch.h keeps it):
+ * after watch, the first time the real driver makes a device's primary
+ * context current it remembers the context the thread had, and restore
+ * makes that one current again and ends the watch. A call that never
+ * reached the driver (a cache hit) costs no driver call.
+ */
+void xsa_cuda_ctx_watch(void);
+void xsa_cuda_ctx_restore(void);
+
 /* The simulated driver (see vmm/sim.h for its controls). */
 xsa_driver *xsa_driver_sim(void);
 

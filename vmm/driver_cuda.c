@@ -11,7 +11,8 @@
  * once (pthread_once) and its outcome, table or sentence, is kept for every
  * later call. Entry points that name a device make that device's primary
  * context current first; each primary context is retained once, on first
- * use, and kept for the life of the process.
+ * use, and kept for the life of the process. Under xsa_cuda_ctx_watch the
+ * context this replaces is remembered first, for xsa_cuda_ctx_restore.
  */
 #include "vmm/driver.h"
 
@@ -177,6 +178,24 @@ static CUresult device_of(int ordinal, CUdevice *dev) {
     return CUDA_SUCCESS;
 }
 
+/* The thread's own context, kept while a call is watched (driver.h). */
+static _Thread_local struct {
+    bool watching, saved;
+    CUcontext ctx;
+} caller_ctx;
+
+void xsa_cuda_ctx_watch(void) {
+    caller_ctx.watching = true;
+    caller_ctx.saved = false;
+}
+
+void xsa_cuda_ctx_restore(void) {
+    CUcontext now = NULL;
+    if (caller_ctx.saved && cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != caller_ctx.ctx)
+        cu.cuCtxSetCurrent(caller_ctx.ctx);
+    caller_ctx.watching = caller_ctx.saved = false;
+}
+
 /* Makes the device's primary context current, retaining it on first use. */
 static CUresult use_primary(int ordinal) {
     if (ordinal < 0 || ordinal >= device_count) return CUDA_ERROR_INVALID_DEVICE;
@@ -194,6 +213,8 @@ static CUresult use_primary(int ordinal) {
         }
         pthread_mutex_unlock(&primary_lock);
     }
+    if (caller_ctx.watching && !caller_ctx.saved)
+        caller_ctx.saved = cu.cuCtxGetCurrent(&caller_ctx.ctx) == CUDA_SUCCESS;
     return cu.cuCtxSetCurrent(ctx);
 }
 
