@@ -189,11 +189,18 @@ void xsa_cuda_ctx_watch(void) {
     caller_ctx.saved = false;
 }
 
-void xsa_cuda_ctx_restore(void) {
+static void put_back(CUcontext ctx) {
     CUcontext now = NULL;
-    if (caller_ctx.saved && cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != caller_ctx.ctx)
-        cu.cuCtxSetCurrent(caller_ctx.ctx);
+    if (cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != ctx) cu.cuCtxSetCurrent(ctx);
+}
+
+void xsa_cuda_ctx_restore(void) {
+    /* Every access before the call: in the shared library each thread-local
+     * access after a call is another __tls_get_addr. */
+    bool saved = caller_ctx.saved;
+    CUcontext ctx = caller_ctx.ctx;
     caller_ctx.watching = caller_ctx.saved = false;
+    if (saved) put_back(ctx);
 }
 
 /* Makes the device's primary context current, retaining it on first use. */
