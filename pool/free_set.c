@@ -239,14 +239,27 @@ static uint32_t next_priority(xsa_free_set *s) {
     return s->rng = x;
 }
 
-void xsa_free_set_insert(xsa_free_set *s, xsa_block *b) {
-    xsa_free_stream *x = s->last = lookup(s, b->stream);
-    unsigned c = b->size_class = (uint16_t)class_of(b->size);
-    b->priority = next_priority(s);
-    b->left = b->right = NULL;
+/* Links b into its class's treap (b->size_class) and marks the class. */
+static inline void class_add(xsa_free_stream *x, xsa_block *b) {
+    unsigned c = b->size_class;
     tree_insert(&x->root[c], b);
     x->words[c / 64] |= 1ull << (c % 64);
     x->top |= 1ull << (c / 64);
+}
+
+/* Unlinks b from its class's treap, unmarking the class if it empties. */
+static inline void class_remove(xsa_free_stream *x, xsa_block *b) {
+    unsigned c = b->size_class;
+    tree_erase(&x->root[c], b);
+    if (!x->root[c] && !(x->words[c / 64] &= ~(1ull << (c % 64)))) x->top &= ~(1ull << (c / 64));
+}
+
+void xsa_free_set_insert(xsa_free_set *s, xsa_block *b) {
+    xsa_free_stream *x = s->last = lookup(s, b->stream);
+    b->size_class = (uint16_t)class_of(b->size);
+    b->priority = next_priority(s);
+    b->left = b->right = NULL;
+    class_add(x, b);
     b->in_free_set = true;
     s->count++;
     s->bytes += b->size;
@@ -254,9 +267,7 @@ void xsa_free_set_insert(xsa_free_set *s, xsa_block *b) {
 
 void xsa_free_set_erase(xsa_free_set *s, xsa_block *b) {
     xsa_free_stream *x = s->last = lookup(s, b->stream);
-    unsigned c = b->size_class;
-    tree_erase(&x->root[c], b);
-    if (!x->root[c] && !(x->words[c / 64] &= ~(1ull << (c % 64)))) x->top &= ~(1ull << (c / 64));
+    class_remove(x, b);
     b->in_free_set = false;
     s->count--;
     s->bytes -= b->size;
@@ -291,14 +302,11 @@ void xsa_free_set_rekey(xsa_free_set *s, xsa_block *b, uintptr_t ptr, size_t siz
     }
     /* Out of its class's treap and into the new place; its priority may
      * stay, being independent of its key. */
-    tree_erase(&x->root[c], b);
-    if (!x->root[c] && !(x->words[c / 64] &= ~(1ull << (c % 64)))) x->top &= ~(1ull << (c / 64));
+    class_remove(x, b);
     b->ptr = ptr;
     b->size = size;
     b->size_class = (uint16_t)to;
-    tree_insert(&x->root[to], b);
-    x->words[to / 64] |= 1ull << (to % 64);
-    x->top |= 1ull << (to / 64);
+    class_add(x, b);
 }
 
 xsa_block *xsa_free_set_lower_bound(const xsa_free_set *s, xsa_stream stream, size_t size) {
