@@ -3,7 +3,7 @@
  * alternating batches, for before/after comparisons on a host whose clock
  * changes under a running process.
  *
- *   gcc -O2 -std=c11 -D_GNU_SOURCE benchmarks/gpu/inproc_ab.c -ldl -o inproc_ab
+ *   gcc -O2 -std=c11 -D_GNU_SOURCE -I. benchmarks/gpu/inproc_ab.c -ldl -o inproc_ab
  *   inproc_ab LIB_A LIB_B [--driver cuda|sim] [--conf STR] [--entry api|torch]
  *             [--rounds N] [--batch N]
  *
@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <time.h>
+
+#include "benchmarks/timing.h"
 
 #define SLOTS 64
 #define MAX_ROUNDS 10000
@@ -43,12 +44,6 @@ typedef struct lib {
 static int torch_entry;
 static uint32_t *seq; /* window: slot << 26 | size */
 static long batch = 20000;
-
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 static void die(const lib *l, const char *what) {
     fprintf(stderr, "inproc_ab: %s: %s%s%s\n", l->path, what, l->last_error ? ": " : "", l->last_error ? l->last_error() : "");
@@ -92,37 +87,27 @@ static void release(lib *l, void *p) {
 
 /* ns a pair over one batch. */
 static double pairs(lib *l) {
-    double t0 = now_ns();
+    double t0 = xsa_bench_now_ns();
     for (long i = 0; i < batch; i++) release(l, alloc(l, (size_t)1 << 20));
-    return (now_ns() - t0) / batch;
+    return (xsa_bench_now_ns() - t0) / batch;
 }
 
 /* ns a window op over one batch (the batch's part of the sequence). */
 static double window(lib *l, long round) {
     const uint32_t *s = seq + (size_t)(round % 8) * batch;
-    double t0 = now_ns();
+    double t0 = xsa_bench_now_ns();
     for (long i = 0; i < batch; i++) {
         void **p = &l->slot[s[i] >> 26];
         release(l, *p);
         *p = alloc(l, s[i] & ((1u << 26) - 1));
     }
-    return (now_ns() - t0) / batch;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, long n) {
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return v[n / 2];
+    return (xsa_bench_now_ns() - t0) / batch;
 }
 
 static void report(const char *name, double *a, double *b, long n, char *json, size_t len) {
     double ratio[MAX_ROUNDS];
     for (long i = 0; i < n; i++) ratio[i] = b[i] / a[i];
-    double ma = median(a, n), mb = median(b, n), mr = median(ratio, n);
+    double ma = xsa_bench_median(a, (size_t)n), mb = xsa_bench_median(b, (size_t)n), mr = xsa_bench_median(ratio, (size_t)n);
     printf("%-6s A %7.1f ns  B %7.1f ns  B/A median %.3f (range %.3f-%.3f, %ld rounds)\n", name, ma, mb, mr, ratio[0],
            ratio[n - 1], n);
     snprintf(json, len, "\"%s_a_ns\": %.1f, \"%s_b_ns\": %.1f, \"%s_ratio\": %.4f", name, ma, name, mb, name, mr);
