@@ -125,6 +125,19 @@ static void check_walks(state *t) {
     check_same("walk start", b, NULL);
 }
 
+/* The oracle's array: b put at its key's place, the block at i taken out. */
+static void oracle_add(state *t, xsa_block *b) {
+    size_t i = oracle_pos(t, b->stream, b->size, b->ptr, false);
+    memmove(&t->in[i + 1], &t->in[i], (t->n_in - i) * sizeof *t->in);
+    t->in[i] = b;
+    t->n_in++;
+}
+
+static void oracle_remove(state *t, size_t i) {
+    memmove(&t->in[i], &t->in[i + 1], (t->n_in - i - 1) * sizeof *t->in);
+    t->n_in--;
+}
+
 static void do_insert(state *t) {
     size_t s = rnd(t) % N_STREAMS;
     if (!t->segments[s]) return;
@@ -134,10 +147,7 @@ static void do_insert(state *t) {
     b->size = draw_size(t);
     b->ptr = (uintptr_t)(rnd(t) % 1000) << 32 | ++t->next_ptr; /* unique, random order */
     xsa_free_set_insert(&t->set, b);
-    size_t i = oracle_pos(t, b->stream, b->size, b->ptr, false);
-    memmove(&t->in[i + 1], &t->in[i], (t->n_in - i) * sizeof *t->in);
-    t->in[i] = b;
-    t->n_in++;
+    oracle_add(t, b);
     t->bytes += b->size;
     t->in_stream[s]++;
 }
@@ -148,8 +158,7 @@ static void do_erase(state *t) {
     xsa_block *b = t->in[i];
     xsa_free_set_erase(&t->set, b);
     assert_false(b->in_free_set);
-    memmove(&t->in[i], &t->in[i + 1], (t->n_in - i - 1) * sizeof *t->in);
-    t->n_in--;
+    oracle_remove(t, i);
     t->bytes -= b->size;
     t->in_stream[stream_index(b->stream)]--;
 }
@@ -177,16 +186,12 @@ static void do_rekey(state *t) {
     default:
         size = draw_size(t);
     }
-    memmove(&t->in[i], &t->in[i + 1], (t->n_in - i - 1) * sizeof *t->in);
-    t->n_in--;
+    oracle_remove(t, i);
     t->bytes += size - b->size;
     xsa_free_set_rekey(&t->set, b, ptr, size);
     assert_true(b->in_free_set);
     assert_true(b->size == size && b->ptr == ptr);
-    size_t j = oracle_pos(t, b->stream, b->size, b->ptr, false);
-    memmove(&t->in[j + 1], &t->in[j], (t->n_in - j) * sizeof *t->in);
-    t->in[j] = b;
-    t->n_in++;
+    oracle_add(t, b);
 }
 
 /* A member, or (half the time) a key that need not be in the set. */
