@@ -1,9 +1,11 @@
 /*
  * pool/block: a block is a contiguous piece of a segment: allocated, free
- * (cached, in its pool's free set), or, in an expandable segment, unmapped.
- * The blocks of a segment tile it exactly and are linked by prev/next in
- * address order. Block records are recycled through a free list so that the
- * cache-hit path never calls malloc.
+ * (cached, in its pool's free set), or, in an expandable segment, unmapped
+ * or draining (mapped, but its pages were moved to another address while
+ * queued work may still use this one, so it belongs to nobody until
+ * pool/recycle unmaps it). The blocks of a segment tile it exactly and are
+ * linked by prev/next in address order. Block records are recycled through
+ * a free list so that the cache-hit path never calls malloc.
  */
 #ifndef XSA_POOL_BLOCK_H
 #define XSA_POOL_BLOCK_H
@@ -32,10 +34,10 @@ typedef struct xsa_block {
     bool allocated;          /* handed out (also true while its free waits for events) */
     bool mapped;             /* false only for unmapped ranges of expandable segments */
     bool in_free_set;
+    bool draining;           /* mapped, but its pages moved on (pool/recycle): not the pool's memory */
     int event_count;         /* record_stream events still outstanding after free */
     int ipc_exports;         /* IPC exports not yet seen closed or revoked: the block is pinned */
     uint64_t gc_base;        /* pool's free-block lookup count when it became free */
-    uint64_t free_seq;       /* pool's free_seq when it became free */
     /* Streams that used the block besides its own (record_stream). */
     xsa_stream *stream_uses;
     int n_stream_uses, cap_stream_uses;
@@ -47,6 +49,12 @@ static inline bool xsa_block_is_split(const xsa_block *b) { return b->prev || b-
 static inline bool xsa_block_in_use(const xsa_block *b) {
     return b->allocated || b->event_count > 0 || b->ipc_exports > 0;
 }
+
+/* Memory the pool holds: mapped here and not draining. */
+static inline bool xsa_block_holds_memory(const xsa_block *b) { return b->mapped && !b->draining; }
+
+/* A cached block: memory the pool holds that nothing uses. */
+static inline bool xsa_block_is_free(const xsa_block *b) { return xsa_block_holds_memory(b) && !xsa_block_in_use(b); }
 
 /* Recycler of block records. */
 typedef struct xsa_block_cache {

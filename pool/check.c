@@ -15,6 +15,7 @@ typedef struct recount {
     int64_t segment[XSA_POOL_KINDS], reserved_bytes[XSA_POOL_KINDS];
     size_t free_blocks[XSA_POOL_KINDS], free_bytes[XSA_POOL_KINDS];
     size_t pending_events, live_blocks, oversize_allocations, oversize_segments, blocks, ipc_exports;
+    size_t draining_blocks, draining_pages; /* the latter of the segment being checked */
 } recount;
 
 static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, recount *c, char *err, size_t n) {
@@ -23,7 +24,7 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     if (b->size == 0 || b->size % XSA_MIN_BLOCK_SIZE) return xsa_check_fail(err, n, "block %#lx: size %zu", (unsigned long)b->ptr, b->size);
     if (b->stream != s->stream) return xsa_check_fail(err, n, "block %#lx: stream differs from its segment's", (unsigned long)b->ptr);
     bool pending = !b->allocated && xsa_block_in_use(b);
-    bool free_block = !xsa_block_in_use(b) && b->mapped;
+    bool free_block = xsa_block_is_free(b);
     if (b->allocated && b->event_count) return xsa_check_fail(err, n, "block %#lx: allocated with events", (unsigned long)b->ptr);
     if (b->in_free_set != free_block)
         return xsa_check_fail(err, n, "block %#lx: in_free_set=%d but free=%d", (unsigned long)b->ptr, b->in_free_set, free_block);
@@ -32,8 +33,16 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     if (!b->mapped && (b->allocated || pending)) return xsa_check_fail(err, n, "block %#lx: unmapped but in use", (unsigned long)b->ptr);
     if (b->next && b->mapped == b->next->mapped && !b->mapped)
         return xsa_check_fail(err, n, "block %#lx: two adjacent unmapped blocks", (unsigned long)b->ptr);
-    if (free_block && b->next && !xsa_block_in_use(b->next) && b->next->mapped)
+    if (free_block && b->next && xsa_block_is_free(b->next))
         return xsa_check_fail(err, n, "block %#lx: two adjacent free blocks were not merged", (unsigned long)b->ptr);
+    if (b->draining) {
+        if (!b->mapped || !s->expandable || xsa_block_in_use(b) || b->in_free_set)
+            return xsa_check_fail(err, n, "draining block %#lx: unmapped, classic, in use or cached", (unsigned long)b->ptr);
+        if ((b->ptr - s->base) % p->page_size || b->size % p->page_size)
+            return xsa_check_fail(err, n, "draining block %#lx: not whole pages", (unsigned long)b->ptr);
+        c->draining_blocks++;
+        c->draining_pages += b->size / p->page_size;
+    }
     if (b->allocated) {
         c->allocation[k]++;
         c->allocated_bytes[k] += (int64_t)b->size;
@@ -90,6 +99,7 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     if (!s->first || s->first->prev || s->first->ptr != s->base)
         return xsa_check_fail(err, n, "segment %#lx: first block is not at its base", (unsigned long)s->base);
     uintptr_t at = s->base;
+    c->draining_pages = 0;
     for (const xsa_block *b = s->first; b; b = b->next) {
         if (b->ptr != at) return xsa_check_fail(err, n, "segment %#lx: gap or overlap at %#lx", (unsigned long)s->base, (unsigned long)at);
         if (b->next && b->next->prev != b) return xsa_check_fail(err, n, "block %#lx: next->prev broken", (unsigned long)b->ptr);
@@ -103,7 +113,10 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     size_t bytes = s->size;
     if (s->expandable) {
         if (!xsa_segment_check(&s->vm, err, n) || !check_access(p, s, err, n)) return 0;
-        bytes = xsa_segment_mapped_bytes(&s->vm);
+        if (c->draining_pages != s->draining_pages)
+            return xsa_check_fail(err, n, "segment %#lx: %zu draining pages counted, %zu in blocks", (unsigned long)s->base,
+                                  s->draining_pages, c->draining_pages);
+        bytes = xsa_seg_owned_pages(s) * p->page_size;
     } else if (s->size >= p->opt.max_split_size) {
         c->oversize_segments++;
     }
@@ -177,6 +190,21 @@ static int check_exports(const xsa_pool *p, const recount *c, char *err, size_t 
     return 1;
 }
 
+/* Each drain names a distinct draining block of this pool, and every
+ * draining block has one. */
+static int check_drains(const xsa_pool *p, const recount *c, char *err, size_t n) {
+    size_t records = 0;
+    for (const xsa_drain *d = p->drains; d; d = d->next, records++) {
+        if (!d->block->draining)
+            return xsa_check_fail(err, n, "drain of block %#lx: the block is not draining", (unsigned long)d->block->ptr);
+        for (const xsa_drain *e = d->next; e; e = e->next)
+            if (e->block == d->block) return xsa_check_fail(err, n, "block %#lx drains twice", (unsigned long)d->block->ptr);
+    }
+    if (records != c->draining_blocks)
+        return xsa_check_fail(err, n, "%zu drain records, %zu draining blocks", records, c->draining_blocks);
+    return 1;
+}
+
 int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
     recount c;
     memset(&c, 0, sizeof c);
@@ -184,7 +212,7 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
         if (!check_segment(p, s, &c, err, n)) return 0;
     for (int k = 0; k < XSA_POOL_KINDS; k++)
         if (!check_free_set(p, k, &c, err, n)) return 0;
-    if (!check_exports(p, &c, err, n)) return 0;
+    if (!check_exports(p, &c, err, n) || !check_drains(p, &c, err, n)) return 0;
     const xsa_device_stats *st = &p->stats;
     if (!check_stat("allocation", st->allocation, c.allocation, err, n) ||
         !check_stat("allocated_bytes", st->allocated_bytes, c.allocated_bytes, err, n) ||

@@ -58,11 +58,11 @@ static bool keep_spare(xsa_events *e, xsa_event ev) {
     return true;
 }
 
-static void recycle_event(xsa_events *e, xsa_event ev) {
+void xsa_events_put_event(xsa_events *e, xsa_event ev) {
     if (!keep_spare(e, ev)) XSA_DRV(e->drv, event_destroy, ev);
 }
 
-static xsa_cu_result take_event(xsa_events *e, xsa_event *ev) {
+xsa_cu_result xsa_events_take_event(xsa_events *e, xsa_event *ev) {
     if (e->n_spare) {
         *ev = e->spare[--e->n_spare];
         return XSA_CU_SUCCESS;
@@ -94,14 +94,14 @@ xsa_cu_result xsa_events_record_uses(xsa_events *e, xsa_block *b, const char **f
             *failed_call = "host malloc";
             break;
         }
-        r = take_event(e, &nodes[ready]->event);
+        r = xsa_events_take_event(e, &nodes[ready]->event);
         if (r != XSA_CU_SUCCESS) {
             *failed_call = "cuEventCreate";
         } else {
             r = XSA_DRV(e->drv, event_record, nodes[ready]->event, b->stream_uses[ready]);
             if (r != XSA_CU_SUCCESS) {
                 *failed_call = "cuEventRecord";
-                recycle_event(e, nodes[ready]->event);
+                xsa_events_put_event(e, nodes[ready]->event);
             }
         }
         if (r != XSA_CU_SUCCESS) {
@@ -113,7 +113,7 @@ xsa_cu_result xsa_events_record_uses(xsa_events *e, xsa_block *b, const char **f
     if (r != XSA_CU_SUCCESS) {
         /* A recorded but unqueued event is harmless: it is re-recorded when reused. */
         for (int i = 0; i < ready; i++) {
-            recycle_event(e, nodes[i]->event);
+            xsa_events_put_event(e, nodes[i]->event);
             nodes[i]->next = e->free_nodes;
             e->free_nodes = nodes[i];
         }
@@ -140,7 +140,7 @@ static void complete_head(xsa_events *e, xsa_stream_queue *q, xsa_block_done_fn 
     q->head = n->next;
     if (!q->head) q->tail = NULL;
     e->outstanding--;
-    recycle_event(e, n->event);
+    xsa_events_put_event(e, n->event);
     xsa_block *b = n->block;
     n->next = e->free_nodes;
     e->free_nodes = n;

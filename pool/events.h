@@ -50,6 +50,11 @@ xsa_cu_result xsa_events_record_uses(xsa_events *e, xsa_block *b, const char **f
  * event_count and calls done() when it reaches zero. */
 void xsa_events_poll(xsa_events *e, xsa_block_done_fn done, void *ctx);
 
+/* An event object from the spares (or a new one), and its return; events
+ * of other pool modules share the spares. */
+xsa_cu_result xsa_events_take_event(xsa_events *e, xsa_event *ev);
+void xsa_events_put_event(xsa_events *e, xsa_event ev);
+
 /* Waits for every pending event, with the same effect as poll. */
 xsa_cu_result xsa_events_synchronize(xsa_events *e, xsa_block_done_fn done, void *ctx);
 

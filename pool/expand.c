@@ -38,7 +38,7 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_strea
     return XSA_POOL_OK;
 }
 
-static bool is_free_mapped(const xsa_block *b) { return b && b->mapped && !xsa_block_in_use(b); }
+static bool is_free_mapped(const xsa_block *b) { return b && xsa_block_is_free(b); }
 
 /* Bytes a request could get from unmapped block u: u plus the free blocks
  * on both sides (the one after only once u is mapped whole). */
@@ -54,16 +54,14 @@ static xsa_block *find_unmapped(const xsa_seg *s, size_t size) {
     return best;
 }
 
-/* Called after `moved` recycled and `created` new pages were mapped (sign
- * +1) or unmapped (-1); moved pages are not device allocations or frees. */
-static void account_mapped(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign) {
+void xsa_expand_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign) {
     size_t pages = moved + created, bytes = pages * p->page_size;
-    bool crossed_empty = s->vm.mapped_pages == (sign > 0 ? pages : 0);
+    /* Moved pages are not device allocations or frees. */
+    bool crossed_empty = xsa_seg_owned_pages(s) == (sign > 0 ? pages : 0);
     p->reserved = sign > 0 ? p->reserved + bytes : p->reserved - bytes;
     xsa_stats_update(p->stats.reserved_bytes, s->kind, sign * (int64_t)bytes);
     /* A segment counts while it has mapped memory. */
     if (crossed_empty) xsa_stats_update(p->stats.segment, s->kind, sign);
-    if (sign > 0) p->stats.num_pages_recycled += (int64_t)moved;
     if (!created) return;
     if (sign > 0) {
         p->stats.num_device_alloc++;
@@ -76,6 +74,9 @@ static void account_mapped(xsa_pool *p, xsa_seg *s, size_t moved, size_t created
 
 /* Maps pages for a request of `size` bytes in segment s. */
 static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **out, char *err, size_t errlen) {
+    /* Old addresses of moved pages whose work is done give their range back
+     * (before choosing where to map: they merge with unmapped blocks). */
+    if (p->drains) xsa_recycle_drain(p, false);
     xsa_block *u = find_unmapped(s, size);
     if (!u) return XSA_POOL_OOM; /* the reservation is as large as the device */
     xsa_block *before = is_free_mapped(u->prev) ? u->prev : NULL;
@@ -85,13 +86,14 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     size_t bytes = (need + p->page_size - 1) / p->page_size * p->page_size;
     if (bytes > u->size) bytes = u->size; /* the free block after u makes up the rest */
     size_t pages = bytes / p->page_size;
-    /* Recycled pages come back mapped elsewhere in this pool: no new memory.
+    /* Recycled pages are mapped elsewhere in this pool: no new memory.
      * handles[i] is a moved page's handle, or XSA_NO_HANDLE for a new one. */
     size_t moved = 0, wanted = xsa_recycle_pages_wanted(p, size, pages);
     xsa_mem_handle *handles = wanted ? calloc(pages, sizeof *handles) : NULL;
-    if (handles) moved = xsa_recycle_take(p, before, u->next, wanted, handles);
+    const xsa_drain *mark = p->drains;
+    if (handles) moved = xsa_recycle_take(p, s, before, u->next, wanted, handles);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
-        xsa_recycle_give_back(s, handles, moved);
+        xsa_recycle_undo(p, mark);
         free(handles);
         return XSA_POOL_OOM;
     }
@@ -100,7 +102,7 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
     if (m) r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, handles);
     if (r != XSA_CU_SUCCESS) {
-        xsa_recycle_give_back(s, handles, moved);
+        xsa_recycle_undo(p, mark);
         free(handles);
         if (!m) {
             snprintf(err, errlen, "device %d: out of host memory", p->device);
@@ -113,7 +115,8 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     }
     free(handles);
     m->mapped = true;
-    account_mapped(p, s, moved, pages - moved, +1);
+    xsa_expand_account(p, s, moved, pages - moved, +1);
+    p->stats.num_pages_recycled += (int64_t)moved;
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, m->ptr, bytes, bytes, s->stream);
     if (before) xsa_pool_absorb(p, m, before);
     if (is_free_mapped(m->next)) xsa_pool_absorb(p, m, m->next);
@@ -135,87 +138,84 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
     return st;
 }
 
-/* Merges unmapped block u with unmapped neighbours. */
-static void merge_unmapped(xsa_pool *p, xsa_block *u) {
+void xsa_expand_merge_unmapped(xsa_pool *p, xsa_block *u) {
     if (u->prev && !u->prev->mapped) xsa_pool_absorb(p, u, u->prev);
     if (u->next && !u->next->mapped) xsa_pool_absorb(p, u, u->next);
 }
 
-xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, size_t end, xsa_mem_handle *taken,
-                                       char *err, size_t errlen) {
-    xsa_seg *s = b->seg;
-    size_t page = p->page_size;
-    uintptr_t lo = s->base + first * page, hi = s->base + end * page;
-    /* Records for the pieces around the pages, taken before unmapping. */
+void xsa_expand_return_free(xsa_pool *p, xsa_block *b) {
+    if (is_free_mapped(b->prev)) xsa_pool_absorb(p, b, b->prev);
+    if (is_free_mapped(b->next)) xsa_pool_absorb(p, b, b->next);
+    xsa_pool_insert_free(p, b);
+}
+
+/* Fills in piece as the free block [lo, hi) of b's segment between prev and next. */
+static void link_piece(xsa_block *piece, const xsa_block *b, uintptr_t lo, uintptr_t hi, xsa_block *prev,
+                       xsa_block *next) {
+    piece->ptr = lo;
+    piece->size = hi - lo;
+    piece->stream = b->stream;
+    piece->seg = b->seg;
+    piece->mapped = true;
+    piece->prev = prev;
+    piece->next = next;
+    if (prev) prev->next = piece;
+    if (next) next->prev = piece;
+    xsa_fix_first(piece);
+}
+
+xsa_pool_status xsa_expand_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintptr_t hi, char *err, size_t errlen) {
+    /* Records for the pieces around [lo, hi), taken before anything changes. */
     xsa_block *head = NULL, *tail = NULL;
-    if (lo > b->ptr && !(head = xsa_block_new(&p->blocks))) goto host_oom;
-    if (hi < b->ptr + b->size && !(tail = xsa_block_new(&p->blocks))) goto host_oom;
-    xsa_pool_erase_free(p, b);
-    xsa_cu_result r = xsa_segment_unmap(&s->vm, first, end - first, taken);
-    if (r != XSA_CU_SUCCESS) {
-        xsa_pool_insert_free(p, b);
+    if ((lo > b->ptr && !(head = xsa_block_new(&p->blocks))) ||
+        (hi < b->ptr + b->size && !(tail = xsa_block_new(&p->blocks)))) {
         if (head) xsa_block_delete(&p->blocks, head);
-        if (tail) xsa_block_delete(&p->blocks, tail);
-        xsa_pool_driver_error(p, "cuMemUnmap", r, err, errlen);
-        return XSA_POOL_DRIVER_ERROR;
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
     }
-    account_mapped(p, s, taken ? end - first : 0, taken ? 0 : end - first, -1);
-    XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, lo, hi - lo, hi - lo, s->stream);
+    xsa_pool_erase_free(p, b);
     uintptr_t b_end = b->ptr + b->size;
-    if (head) {
-        head->ptr = b->ptr;
-        head->size = lo - b->ptr;
-        head->stream = b->stream;
-        head->seg = s;
-        head->prev = b->prev;
-        if (head->prev) head->prev->next = head;
-        head->next = b;
-        b->prev = head;
-        xsa_fix_first(head);
-    }
-    if (tail) {
-        tail->ptr = hi;
-        tail->size = b_end - hi;
-        tail->stream = b->stream;
-        tail->seg = s;
-        tail->next = b->next;
-        if (tail->next) tail->next->prev = tail;
-        tail->prev = b;
-        b->next = tail;
-    }
+    if (head) link_piece(head, b, b->ptr, lo, b->prev, b);
+    if (tail) link_piece(tail, b, hi, b_end, b, b->next);
     b->ptr = lo;
     b->size = hi - lo;
-    b->mapped = false;
     /* The pieces are inserted once their neighbours are final, so that the
      * inactive_split accounting sees them as they stay. */
     if (head) xsa_pool_insert_free(p, head);
     if (tail) xsa_pool_insert_free(p, tail);
-    merge_unmapped(p, b);
     return XSA_POOL_OK;
-
-host_oom:
-    if (head) xsa_block_delete(&p->blocks, head);
-    snprintf(err, errlen, "device %d: out of host memory", p->device);
-    return XSA_POOL_HOST_OOM;
 }
 
 xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
+    xsa_seg *s = b->seg;
     size_t page = p->page_size;
-    size_t first = (b->ptr - b->seg->base + page - 1) / page;
-    size_t end = (b->ptr + b->size - b->seg->base) / page;
+    size_t first = (b->ptr - s->base + page - 1) / page;
+    size_t end = (b->ptr + b->size - s->base) / page;
     if (end <= first) return XSA_POOL_OK; /* no whole page inside */
     /* cuMemUnmap is not stream ordered: kernels still queued on the stream
      * may use these pages. Releasing memory may block (PyTorch does too). */
-    xsa_cu_result r = XSA_DRV(p->drv, stream_synchronize, b->seg->stream);
+    xsa_cu_result r = XSA_DRV(p->drv, stream_synchronize, s->stream);
     if (r != XSA_CU_SUCCESS) {
         xsa_pool_driver_error(p, "cuStreamSynchronize", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
-    return xsa_expand_unmap_pages(p, b, first, end, NULL, err, errlen);
+    uintptr_t lo = s->base + first * page, hi = s->base + end * page;
+    xsa_pool_status st = xsa_expand_isolate(p, b, lo, hi, err, errlen);
+    if (st != XSA_POOL_OK) return st;
+    r = xsa_segment_unmap(&s->vm, first, end - first, NULL);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_expand_return_free(p, b);
+        xsa_pool_driver_error(p, "cuMemUnmap", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    b->mapped = false;
+    xsa_expand_account(p, s, 0, end - first, -1);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, lo, hi - lo, hi - lo, s->stream);
+    xsa_expand_merge_unmapped(p, b);
+    return XSA_POOL_OK;
 }
 
 bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s) {
-    if (xsa_recycle_forget_segment(p, s) != XSA_CU_SUCCESS) return false;
     if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
     if (xsa_segment_destroy(&s->vm) != XSA_CU_SUCCESS) {
         /* The range stays: it is found again, as a segment of this device. */

@@ -18,8 +18,8 @@ xsa_pool_status xsa_pool_base_allocation(xsa_pool *p, void *ptr, void **base, si
     if (!b) return XSA_POOL_BAD_POINTER;
     /* The mapped run around the block: the whole segment when classic. */
     xsa_block *lo = b, *hi = b;
-    while (lo->prev && lo->prev->mapped) lo = lo->prev;
-    while (hi->next && hi->next->mapped) hi = hi->next;
+    while (lo->prev && xsa_block_holds_memory(lo->prev)) lo = lo->prev;
+    while (hi->next && xsa_block_holds_memory(hi->next)) hi = hi->next;
     *base = (void *)lo->ptr;
     *size = hi->ptr + hi->size - lo->ptr;
     return XSA_POOL_OK;

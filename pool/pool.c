@@ -85,11 +85,8 @@ static inline void inactive_split_change(xsa_pool *p, xsa_pool_kind kind, split_
     if (t.bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, t.bytes);
 }
 
-/* A block becoming free: its age for garbage collection and recycling. */
-static inline void stamp_free(xsa_pool *p, xsa_block *b) {
-    b->gc_base = p->free_lookups[b->seg->kind];
-    b->free_seq = b->seg->last_free_seq = ++p->free_seq;
-}
+/* A block becoming free: its age for garbage collection. */
+static inline void stamp_free(xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
 
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
     split_tally t = {0, 0};
@@ -182,14 +179,15 @@ static void free_segment_blocks(xsa_pool *p, xsa_seg *s) {
 }
 
 void xsa_pool_destroy(xsa_pool *p) {
-    /* Events and exports go first: they refer to blocks. */
+    /* Drains, events and exports go first: they refer to blocks (and
+     * drains give their events back). */
+    xsa_recycle_destroy(p);
     xsa_events_destroy(&p->events);
     xsa_ipc_destroy(p);
     while (p->segments) {
         xsa_seg *s = p->segments;
         if (s->expandable) {
             if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
-            xsa_recycle_forget_segment(p, s);
             xsa_segment_destroy(&s->vm);
         }
         else
@@ -494,7 +492,7 @@ void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
     unlink_block(p, gone);
 }
 
-static inline bool mergeable(const xsa_block *b) { return b && !xsa_block_in_use(b) && b->mapped; }
+static inline bool mergeable(const xsa_block *b) { return b && xsa_block_is_free(b); }
 
 /* Free neighbours merge with b into one free block. The record that stays
  * is a neighbour's if there is one: it is already in the free set, and

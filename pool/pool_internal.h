@@ -32,15 +32,20 @@ typedef struct xsa_seg {
     size_t size;               /* classic: allocation size; expandable: reserved */
     xsa_block *first;          /* lowest-address block */
     xsa_segment vm;            /* expandable only */
-    /* Page recycling to another stream: an event recorded on this stream
-     * after the blocks freed before fence_seq; those may move once it
-     * completes (safe_seq). */
-    xsa_event fence;
-    bool fence_pending;
-    uint64_t fence_seq, safe_seq;
-    uint64_t last_free_seq;    /* free_seq of the newest block freed here */
+    size_t draining_pages;     /* mapped in vm but moved on (pool/recycle): not this segment's memory */
     struct xsa_seg *prev_seg, *next_seg;
 } xsa_seg;
+
+/* Pages of an expandable segment the pool holds: mapped and not draining. */
+static inline size_t xsa_seg_owned_pages(const xsa_seg *s) { return s->vm.mapped_pages - s->draining_pages; }
+
+/* A draining block's old mapping, unmapped once `event` (recorded on its
+ * segment's stream when its pages moved) has completed (pool/recycle.c). */
+typedef struct xsa_drain {
+    xsa_block *block;
+    xsa_event event;
+    struct xsa_drain *next;
+} xsa_drain;
 
 /* An IPC export not yet seen closed or revoked (pool/ipc.c). */
 typedef struct xsa_export {
@@ -66,11 +71,11 @@ struct xsa_pool {
     int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
     xsa_free_set free[XSA_POOL_KINDS];
     uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
-    uint64_t free_seq;         /* counts blocks becoming free (recycling fences) */
     xsa_ptr_map allocated;
     xsa_block_cache blocks;
     xsa_events events;
     xsa_seg *segments;
+    xsa_drain *drains;         /* newest first */
     size_t live_blocks;        /* allocated or pending free */
     xsa_device_stats stats;
     xsa_pool_listener listener;
@@ -149,10 +154,6 @@ xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream str
                                  xsa_block **out, char *err, size_t errlen);
 /* Unmaps the whole pages inside free block b, splitting it around them. */
 xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
-/* Unmaps pages [first, end) of b's segment, all inside free block b; their
- * handles go to taken[] (moved, not released) when taken is not NULL. */
-xsa_pool_status xsa_expand_unmap_pages(xsa_pool *p, xsa_block *b, size_t first, size_t end, xsa_mem_handle *taken,
-                                       char *err, size_t errlen);
 
 /* stats.c: the highest allocated bytes seen, peak resets notwithstanding. */
 int64_t xsa_pool_allocated_high(const xsa_pool *p);
@@ -160,19 +161,37 @@ int64_t xsa_pool_allocated_high(const xsa_pool *p);
 /* recycle.c: how many of the `pages` new pages a growth for a request of
  * `size` bytes should take from recycling (the page_recycling_headroom rule). */
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages);
-/* Takes up to `pages` whole free pages from free blocks of the
- * pool's expandable segments (never `keep1`/`keep2`, the free blocks around
- * the growth point) into handles[]; returns how many. */
-size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
-                        xsa_mem_handle *handles);
-/* Releases handles taken but not used (a failed growth of target). */
-void xsa_recycle_give_back(xsa_seg *target, xsa_mem_handle *handles, size_t n);
-/* Destroys the segment's fence event, if any (kept if the driver refuses). */
-xsa_cu_result xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s);
+/* Moves up to `pages` whole free pages of the pool's expandable segments
+ * (never from `keep1`/`keep2`, the free blocks around the growth point) to
+ * segment `target`: their handles go to handles[] for target to map, their
+ * old addresses drain. Returns how many. */
+size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
+                        size_t pages, xsa_mem_handle *handles);
+/* Undoes the takes since the drain list's head was `mark` (the growth that
+ * took them failed): the pages are free blocks of their segments again. */
+void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);
+/* Unmaps the old addresses whose queued work has completed; with wait,
+ * waits for all of them first. Returns the first driver error (the drain
+ * stays, to be tried again). */
+xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait);
+/* Pool teardown: unmaps every old address without waiting. */
+void xsa_recycle_destroy(xsa_pool *p);
 /* Destroys an expandable segment with no mapped page. If the driver refuses
- * to free its fence or reservation, the segment stays (empty) and false is
- * returned: the next release tries again. */
+ * to free its reservation, the segment stays (empty) and false is returned:
+ * the next release tries again. */
 bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
+/* The accounting of pages that segment s gained (sign +1) or lost (-1),
+ * called after the change: `moved` between segments, `created` new or
+ * released (device allocations and frees). */
+void xsa_expand_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign);
+/* Makes pages [lo, hi) of free block b a block of their own (b, out of the
+ * free set); the rest of b stays free around it. Host OOM leaves b as it was. */
+xsa_pool_status xsa_expand_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintptr_t hi, char *err, size_t errlen);
+/* Puts b (mapped, not in use, out of the free set) back in the cache,
+ * merged with free neighbours. */
+void xsa_expand_return_free(xsa_pool *p, xsa_block *b);
+/* Merges unmapped block u with unmapped neighbours. */
+void xsa_expand_merge_unmapped(xsa_pool *p, xsa_block *u);
 
 /* ipc.c: whether exportable pages work on the device (attribute and a
  * trial cuMemCreate); drops the exports seen closed or revoked, returning

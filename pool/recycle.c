@@ -1,23 +1,29 @@
 /*
- * pool/recycle: physical page recycling between expandable segments.
+ * pool/recycle: physical page recycling between expandable segments, in
+ * stream order.
  *
  * PyTorch's expandable segments keep the whole free pages in the middle of
  * a segment mapped while the segment grows at its end, so reserved memory
  * runs ahead of live memory. Here a growing segment first takes whole free
  * pages out of free blocks of any expandable segment of the device (the
- * smallest free blocks first, so large free blocks stay whole), unmaps them
- * there and maps the same handles at the growth point. Only growth pays for
- * it, never the cache-hit path.
+ * smallest free blocks first, so large free blocks stay whole) and maps
+ * their handles at the growth point. Only growth pays for it, never the
+ * cache-hit path.
  *
- * A page may leave its block only when no work that used it can still run:
- * cuMemUnmap takes effect at once, not in stream order, so even a move to
- * the same stream would pull the page from under kernels still queued
- * there (the H100 reported an illegal address when it did). Each segment
- * keeps a fence: an event recorded on its stream; blocks that became free
- * before the fence was recorded may move once it has completed (polled,
- * never waited for; an idle stream completes it at once). Blocks waiting
- * for record_stream events or pinned by IPC exports are not free, so they
- * are never taken.
+ * The GPU runs behind the CPU: kernels queued before a block was freed may
+ * still use its pages, and cuMemUnmap is not stream ordered. So a page
+ * moves without waiting: its handle is mapped at the growth point while it
+ * stays mapped at its old address (the driver allows one handle at two
+ * addresses, and data written through one reads through the other), and
+ * an event recorded on the old segment's stream marks the end of the work
+ * that may use the old address. Work on the new block is queued after
+ * that: on the same stream by stream order, on another stream by a
+ * cuStreamWaitEvent on the event. The old range becomes a draining block,
+ * nobody's memory and never handed out, counted in reserved memory once
+ * (at its new address), and is unmapped once the event has completed,
+ * polled at the next growth, never waited for on the allocation path.
+ * Blocks waiting for record_stream events or pinned by IPC exports are not
+ * free, so they are never taken.
  *
  * Moving a page is not free: an unmap, a map and an access change, about
  * 57 us of driver time on an H100, against about 47 us for a new page. So a
@@ -29,74 +35,7 @@
  */
 #include "pool/pool_internal.h"
 
-/* Polls s's fence; on completion everything freed before it may move. */
-static void poll_fence(xsa_pool *p, xsa_seg *s) {
-    if (s->fence_pending && XSA_DRV(p->drv, event_query, s->fence) == XSA_CU_SUCCESS) {
-        s->safe_seq = s->fence_seq;
-        s->fence_pending = false;
-    }
-}
-
-/* Records a fence on each expandable segment where blocks became free
- * since its last completed fence and none is pending, and polls it at once
- * (an idle stream completes it then). Only when a growth would otherwise
- * go without pages: on the GPU, polling right after recording costs a
- * flush of queued work. */
-static void record_fences(xsa_pool *p) {
-    for (xsa_seg *s = p->segments; s; s = s->next_seg) {
-        if (!s->expandable || s->fence_pending) continue;
-        if (s->last_free_seq == 0 || s->last_free_seq < s->safe_seq) continue; /* nothing new */
-        if (!s->fence && XSA_DRV(p->drv, event_create, &s->fence, p->device) != XSA_CU_SUCCESS) {
-            s->fence = NULL;
-            continue;
-        }
-        if (XSA_DRV(p->drv, event_record, s->fence, s->stream) != XSA_CU_SUCCESS) continue;
-        s->fence_seq = p->free_seq + 1;
-        s->fence_pending = true;
-        poll_fence(p, s);
-    }
-}
-
-/* Takes up to `want` pages from the high end of free block b's whole pages. */
-static size_t take_from(xsa_pool *p, xsa_block *b, size_t want, xsa_mem_handle *handles) {
-    xsa_seg *s = b->seg;
-    size_t page = p->page_size;
-    size_t first = (b->ptr - s->base + page - 1) / page;
-    size_t end = (b->ptr + b->size - s->base) / page;
-    if (end <= first) return 0;
-    size_t n = end - first < want ? end - first : want;
-    char err[256];
-    if (xsa_expand_unmap_pages(p, b, end - n, end, handles, err, sizeof err) != XSA_POOL_OK) return 0;
-    return n;
-}
-
-/* Takes pages from free blocks whose fence has completed; *waiting tells
- * whether blocks were passed over because work may still use them. */
-static size_t take_settled(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
-                           xsa_mem_handle *handles, bool *waiting) {
-    size_t got = 0;
-    *waiting = false;
-    for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
-        xsa_free_set *set = &p->free[k];
-        /* Ascending (stream, size): small free blocks first. Each step
-         * finds the next block before b is split. */
-        for (xsa_block *b = xsa_free_set_first(set), *next; b && got < pages; b = next) {
-            if (b->size < p->page_size) {
-                /* Skip the stream's blocks too small to hold a page. */
-                next = xsa_free_set_lower_bound(set, b->stream, p->page_size);
-                continue;
-            }
-            next = xsa_free_set_next(set, b);
-            if (b == keep1 || b == keep2 || !b->seg->expandable) continue;
-            if (b->free_seq >= b->seg->safe_seq) {
-                *waiting = true; /* work queued before its free may still use it */
-                continue;
-            }
-            got += take_from(p, b, pages - got, handles + got);
-        }
-    }
-    return got;
-}
+#include <stdlib.h>
 
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages) {
     if (!p->opt.page_recycling) return 0;
@@ -109,29 +48,131 @@ size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages) {
     return pages > fresh ? pages - fresh : 0;
 }
 
-size_t xsa_recycle_take(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages,
-                        xsa_mem_handle *handles) {
-    for (xsa_seg *s = p->segments; s; s = s->next_seg)
-        if (s->expandable) poll_fence(p, s);
-    bool waiting = false;
-    size_t got = take_settled(p, keep1, keep2, pages, handles, &waiting);
-    if (got < pages && waiting) {
-        record_fences(p);
-        got += take_settled(p, keep1, keep2, pages - got, handles + got, &waiting);
+static size_t pages_of(const xsa_pool *p, const xsa_block *b) { return b->size / p->page_size; }
+
+static size_t first_page(const xsa_pool *p, const xsa_block *b) { return (b->ptr - b->seg->base) / p->page_size; }
+
+/* Orders target's stream after the work queued so far on b's stream, with
+ * an event that also marks when b's old address can go. */
+static bool fence(xsa_pool *p, const xsa_seg *target, const xsa_block *b, xsa_event *ev) {
+    if (xsa_events_take_event(&p->events, ev) != XSA_CU_SUCCESS) return false;
+    if (XSA_DRV(p->drv, event_record, *ev, b->stream) == XSA_CU_SUCCESS &&
+        (target->stream == b->stream || XSA_DRV(p->drv, stream_wait_event, target->stream, *ev) == XSA_CU_SUCCESS))
+        return true;
+    xsa_events_put_event(&p->events, *ev);
+    return false;
+}
+
+/* Moves up to `want` pages from the high end of free block b's whole pages
+ * to target (their handles into handles[]); how many. */
+static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t want, xsa_mem_handle *handles) {
+    xsa_seg *s = b->seg;
+    size_t page = p->page_size;
+    size_t first = (b->ptr - s->base + page - 1) / page;
+    size_t end = (b->ptr + b->size - s->base) / page;
+    if (end <= first) return 0;
+    size_t n = end - first < want ? end - first : want;
+    xsa_drain *d = malloc(sizeof *d);
+    char err[128];
+    if (!d) return 0;
+    if (!fence(p, target, b, &d->event)) {
+        free(d);
+        return 0;
+    }
+    if (xsa_expand_isolate(p, b, s->base + (end - n) * page, s->base + end * page, err, sizeof err) != XSA_POOL_OK) {
+        xsa_events_put_event(&p->events, d->event);
+        free(d);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) handles[i] = s->vm.handles[end - n + i];
+    b->draining = true;
+    s->draining_pages += n;
+    xsa_expand_account(p, s, n, 0, -1);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, b->ptr, b->size, b->size, s->stream);
+    d->block = b;
+    d->next = p->drains;
+    p->drains = d;
+    return n;
+}
+
+size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
+                        size_t pages, xsa_mem_handle *handles) {
+    size_t got = 0;
+    for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
+        xsa_free_set *set = &p->free[k];
+        /* Ascending (stream, size): small free blocks first. Each step
+         * finds the next block before b is split. */
+        for (xsa_block *b = xsa_free_set_first(set), *next; b && got < pages; b = next) {
+            if (b->size < p->page_size) {
+                /* Skip the stream's blocks too small to hold a page. */
+                next = xsa_free_set_lower_bound(set, b->stream, p->page_size);
+                continue;
+            }
+            next = xsa_free_set_next(set, b);
+            if (b == keep1 || b == keep2 || !b->seg->expandable) continue;
+            got += take_from(p, target, b, pages - got, handles + got);
+        }
     }
     return got;
 }
 
-void xsa_recycle_give_back(xsa_seg *target, xsa_mem_handle *handles, size_t n) {
-    for (size_t i = 0; i < n; i++) xsa_segment_release_handle(&target->vm, handles[i]);
+/* Ends drain d (unlinked by the caller): its event goes back to the spares. */
+static void forget(xsa_pool *p, xsa_drain *d) {
+    xsa_events_put_event(&p->events, d->event);
+    free(d);
 }
 
-xsa_cu_result xsa_recycle_forget_segment(xsa_pool *p, xsa_seg *s) {
-    if (s->fence) {
-        xsa_cu_result r = XSA_DRV(p->drv, event_destroy, s->fence);
-        if (r != XSA_CU_SUCCESS) return r; /* kept: destroyed with the segment later */
+void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark) {
+    while (p->drains != mark) {
+        xsa_drain *d = p->drains;
+        xsa_block *b = d->block;
+        p->drains = d->next;
+        b->draining = false;
+        b->seg->draining_pages -= pages_of(p, b);
+        xsa_expand_account(p, b->seg, pages_of(p, b), 0, +1);
+        xsa_expand_return_free(p, b);
+        forget(p, d);
     }
-    s->fence = NULL;
-    s->fence_pending = false;
+}
+
+/* Unmaps d's old address; the range becomes unmapped space of its segment. */
+static xsa_cu_result finish(xsa_pool *p, xsa_drain *d) {
+    xsa_block *b = d->block;
+    xsa_cu_result r = xsa_segment_unmap_moved(&b->seg->vm, first_page(p, b), pages_of(p, b));
+    if (r != XSA_CU_SUCCESS) return r;
+    b->seg->draining_pages -= pages_of(p, b);
+    b->draining = false;
+    b->mapped = false;
+    xsa_expand_merge_unmapped(p, b);
     return XSA_CU_SUCCESS;
+}
+
+xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait) {
+    xsa_cu_result first = XSA_CU_SUCCESS;
+    for (xsa_drain **at = &p->drains; *at;) {
+        xsa_drain *d = *at;
+        xsa_cu_result r = wait ? XSA_DRV(p->drv, event_synchronize, d->event) : XSA_DRV(p->drv, event_query, d->event);
+        if (r == XSA_CU_SUCCESS) r = finish(p, d);
+        if (r != XSA_CU_SUCCESS) {
+            /* Not done yet, or refused: the drain stays for the next try. */
+            if (wait && first == XSA_CU_SUCCESS) first = r;
+            at = &d->next;
+            continue;
+        }
+        *at = d->next;
+        forget(p, d);
+    }
+    return first;
+}
+
+void xsa_recycle_destroy(xsa_pool *p) {
+    while (p->drains) {
+        xsa_drain *d = p->drains;
+        p->drains = d->next;
+        /* The handles are their new segments': released with those. If the
+         * unmap is refused, the old segment forgets them all the same. */
+        if (finish(p, d) != XSA_CU_SUCCESS)
+            xsa_segment_forget(&d->block->seg->vm, first_page(p, d->block), pages_of(p, d->block));
+        forget(p, d);
+    }
 }

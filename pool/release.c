@@ -78,6 +78,12 @@ xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
         xsa_pool_driver_error(p, "cuEventSynchronize", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
+    /* Old addresses of moved pages go, so that empty segments can. */
+    r = xsa_recycle_drain(p, true);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_driver_error(p, "cuEventSynchronize (page recycling)", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
     /* Exports are polled, never waited for: pinned blocks stay. */
     if (p->exports) xsa_ipc_poll(p);
     xsa_pool_status st = release_pool(p, XSA_POOL_LARGE, err, errlen);

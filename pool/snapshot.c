@@ -22,9 +22,9 @@ static void count(const xsa_pool *p, size_t *runs, size_t *blocks, size_t *reser
     for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
         if (s->expandable) ++*reservations;
         for (const xsa_block *b = s->first; b; b = b->next) {
-            if (!b->mapped) continue;
+            if (!xsa_block_holds_memory(b)) continue;
             ++*blocks;
-            if (!b->prev || !b->prev->mapped) ++*runs;
+            if (!b->prev || !xsa_block_holds_memory(b->prev)) ++*runs;
         }
     }
 }
@@ -39,7 +39,7 @@ static void add_run(xsa_pool_snapshot *out, const xsa_seg *s, const xsa_block *b
     g->expandable = s->expandable;
     g->reservation = s->base;
     g->first_block = out->n_blocks;
-    for (; b && b->mapped; b = b->next) {
+    for (; b && xsa_block_holds_memory(b); b = b->next) {
         xsa_snap_block *k = &out->blocks[out->n_blocks++];
         k->addr = b->ptr;
         k->size = b->size;
@@ -74,12 +74,12 @@ xsa_pool_status xsa_pool_snapshot_take(const xsa_pool *p, xsa_pool_snapshot *out
     }
     for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
         for (const xsa_block *b = s->first; b; b = b->next)
-            if (b->mapped && (!b->prev || !b->prev->mapped)) add_run(out, s, b);
+            if (xsa_block_holds_memory(b) && (!b->prev || !xsa_block_holds_memory(b->prev))) add_run(out, s, b);
         if (!s->expandable) continue;
         xsa_snap_reservation *r = &out->reservations[out->n_reservations++];
         r->addr = s->base;
         r->size = s->size;
-        r->mapped = xsa_segment_mapped_bytes(&s->vm);
+        r->mapped = xsa_seg_owned_pages(s) * s->vm.page_size;
         r->stream = s->stream;
         r->large = s->kind == XSA_POOL_LARGE;
     }

@@ -15,70 +15,7 @@
 
 #include <cmocka.h>
 
-#include "pool/pool.h"
-#include "tests/sim_empty.h"
-#include "vmm/sim.h"
-
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
-
-static xsa_driver *drv;
-static char err[2048];
-static void *const S0 = NULL;
-static void *const S1 = (void *)0x1001;
-
-static void setup_sim(size_t capacity) {
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.capacity = capacity;
-    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
-    drv = xsa_driver_sim();
-}
-
-static xsa_pool *make_pool(size_t capacity, bool expandable, void (*tweak)(xsa_pool_options *)) {
-    setup_sim(capacity);
-    xsa_pool_options o;
-    xsa_pool_options_default(&o);
-    o.expandable_segments = expandable;
-    o.page_recycling = false;
-    if (tweak) tweak(&o);
-    xsa_pool *p = NULL;
-    assert_int_equal(xsa_pool_create(&p, drv, 0, &o, NULL, err, sizeof err), XSA_POOL_OK);
-    return p;
-}
-
-#define CHECK(p)                                                                 \
-    do {                                                                         \
-        if (!xsa_pool_check((p), err, sizeof err)) fail_msg("pool: %s", err);   \
-        if (!xsa_sim_check(err, sizeof err)) fail_msg("sim: %s", err);          \
-    } while (0)
-
-static void *alloc(xsa_pool *p, size_t size, void *stream) {
-    void *ptr = NULL;
-    xsa_pool_status st = xsa_pool_malloc(p, size, stream, &ptr, err, sizeof err);
-    if (st != XSA_POOL_OK) fail_msg("malloc(%zu): %d %s", size, st, err);
-    CHECK(p);
-    return ptr;
-}
-
-static void release(xsa_pool *p, void *ptr) {
-    assert_int_equal(xsa_pool_free(p, ptr, err, sizeof err), XSA_POOL_OK);
-    CHECK(p);
-}
-
-static xsa_device_stats stats(xsa_pool *p) {
-    xsa_device_stats s;
-    xsa_pool_get_stats(p, &s);
-    return s;
-}
-
-static void teardown(xsa_pool *p) {
-    xsa_pool_destroy(p);
-    xsa_fixture_expect_sim_empty();
-}
-
-/* ---- rounding ---- */
+#include "tests/pool_fixture.h"
 
 static void divisions4(xsa_pool_options *o) {
     for (int i = 0; i < XSA_ROUNDUP_INTERVALS; i++) o->roundup_power2_divisions[i] = 4;
@@ -421,140 +358,7 @@ static void test_expandable_best_fit_prefers_non_tail(void **state) {
     teardown(p);
 }
 
-static void recycling(xsa_pool_options *o) { o->page_recycling = true; }
-
-static void fill(void *p, int byte, size_t n) { memset(p, byte, n); }
-
-static void expect_bytes(const void *p, int byte, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (((const unsigned char *)p)[i] != (unsigned char)byte) fail_msg("byte %zu of %p changed", i, p);
-}
-
-static void test_recycling_moves_free_pages_to_growth(void **state) {
-    (void)state;
-    xsa_pool *p = make_pool(1 * GiB, true, recycling);
-    void *a = alloc(p, 6 * MiB, S0); /* [0, 6) */
-    void *b = alloc(p, 4 * MiB, S0); /* [6, 10): pages 3 and 4 */
-    void *c = alloc(p, 2 * MiB, S0); /* [10, 12) */
-    fill(a, 0xA1, 6 * MiB);
-    fill(c, 0xC3, 2 * MiB);
-    release(p, b);
-    /* Work queued on S0 may still use b's pages: the small pool's first
-     * page is new (cuMemUnmap is not stream ordered). */
-    void *d1 = alloc(p, 1000, S0);
-    assert_int_equal(stats(p).num_pages_recycled, 0);
-    void *d2 = alloc(p, 1 * MiB, S0); /* fits in that page */
-    xsa_sim_complete_stream(S0);      /* the fence recorded at the growth completes */
-    xsa_sim_usage u0, u1;
-    xsa_sim_get_usage(&u0);
-    void *d3 = alloc(p, 1 * MiB, S0); /* the small pool grows by a recycled page */
-    xsa_sim_get_usage(&u1);
-    xsa_device_stats s = stats(p);
-    assert_int_equal(s.num_pages_recycled, 1);
-    assert_int_equal(u1.handles, u0.handles); /* no new physical page */
-    assert_int_equal(s.reserved_bytes[XSA_STAT_LARGE_POOL].current, 10 * MiB);
-    assert_int_equal(s.reserved_bytes[XSA_STAT_SMALL_POOL].current, 4 * MiB);
-    fill(d3, 0xDD, 1 * MiB);
-    expect_bytes(a, 0xA1, 6 * MiB);
-    expect_bytes(c, 0xC3, 2 * MiB);
-    release(p, a);
-    release(p, c);
-    release(p, d1);
-    release(p, d2);
-    release(p, d3);
-    teardown(p);
-}
-
-static void test_recycling_waits_for_other_streams(void **state) {
-    (void)state;
-    xsa_pool *p = make_pool(1 * GiB, true, recycling);
-    void *a = alloc(p, 4 * MiB, S0);
-    void *keep = alloc(p, 2 * MiB, S0);
-    /* A pending record_stream block is never taken. */
-    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
-    release(p, a);
-    void *x = alloc(p, 2 * MiB, S1);
-    assert_int_equal(stats(p).num_pages_recycled, 0);
-    xsa_sim_complete_stream(S1);
-    /* Free now, but on S0: moving it to S1 needs a completed fence on S0. */
-    void *y = alloc(p, 2 * MiB, S1);
-    assert_int_equal(stats(p).num_pages_recycled, 0);
-    xsa_sim_complete_stream(S0);
-    void *z = alloc(p, 4 * MiB, S1);
-    assert_int_equal(stats(p).num_pages_recycled, 2);
-    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 2 * MiB + 2 * MiB + 2 * MiB + 4 * MiB);
-    release(p, x);
-    release(p, y);
-    release(p, z);
-    release(p, keep);
-    teardown(p);
-}
-
-static double headroom;
-static void recycling_with_headroom(xsa_pool_options *o) {
-    o->page_recycling = true;
-    o->page_recycling_headroom = headroom;
-}
-
-/* A growth creates new pages while reserved stays within (1 + headroom) x
- * the highest allocated bytes, and moves pages only for the rest. */
-static void test_recycling_headroom_bounds_moves(void **state) {
-    (void)state;
-    const struct {
-        double headroom;
-        int64_t recycled, reserved;
-    } cases[] = {
-        {0.0, 2, 16 * MiB}, /* high 16 MiB, reserved 16: both pages move */
-        {0.1, 2, 16 * MiB}, /* room for 1.6 MiB: still no whole new page */
-        {0.2, 1, 18 * MiB}, /* room for 3.2 MiB: one new page, one moved */
-        {1.0, 0, 20 * MiB}, /* room for 16 MiB: nothing moves */
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        headroom = cases[i].headroom;
-        xsa_pool *p = make_pool(1 * GiB, true, recycling_with_headroom);
-        xsa_sim_set_eager_events(1); /* fences complete at once */
-        void *a = alloc(p, 8 * MiB, S0);
-        release(p, alloc(p, 8 * MiB, S0)); /* 4 free pages on S0; allocated 8 of 16 MiB */
-        void *x = alloc(p, 4 * MiB, S1);   /* S1's segment needs 2 pages */
-        xsa_device_stats s = stats(p);
-        if (s.num_pages_recycled != cases[i].recycled || s.reserved_bytes[XSA_STAT_ALL].current != cases[i].reserved)
-            fail_msg("headroom %.1f: %lld pages recycled, %lld bytes reserved", headroom,
-                     (long long)s.num_pages_recycled, (long long)s.reserved_bytes[XSA_STAT_ALL].current);
-        xsa_sim_set_eager_events(0);
-        release(p, x);
-        release(p, a);
-        teardown(p);
-    }
-}
-
-/* The bound uses the highest allocated bytes ever seen: resetting the peak
- * stats does not make recycling move pages it would not have moved. */
-static void test_recycling_headroom_survives_peak_reset(void **state) {
-    (void)state;
-    headroom = 0.5;
-    xsa_pool *p = make_pool(1 * GiB, true, recycling_with_headroom);
-    xsa_sim_set_eager_events(1);
-    release(p, alloc(p, 16 * MiB, S0)); /* high 16 MiB; 8 free pages on S0 */
-    xsa_pool_reset_peak_stats(p);       /* allocated peak now 0 */
-    void *x = alloc(p, 4 * MiB, S1);    /* within 1.5 x 16 MiB: new pages */
-    assert_int_equal(stats(p).num_pages_recycled, 0);
-    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 20 * MiB);
-    void *y = alloc(p, 8 * MiB, S1); /* 4 pages, room for 2 new: 2 move */
-    assert_int_equal(stats(p).num_pages_recycled, 2);
-    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 24 * MiB); /* the bound */
-    xsa_sim_set_eager_events(0);
-    release(p, x);
-    release(p, y);
-    teardown(p);
-}
-
 /* ---- driver refusals while giving memory back ---- */
-
-static xsa_sim_usage usage(void) {
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    return u;
-}
 
 static void test_refused_release_is_retried(void **state) {
     (void)state;
@@ -579,25 +383,6 @@ static void test_refused_address_free_keeps_segment(void **state) {
     assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
     assert_int_equal(usage().reservations, 0);
     release(p, alloc(p, 4 * MiB, S0));
-    teardown(p);
-}
-
-static void test_refused_fence_destroy_keeps_segment(void **state) {
-    (void)state;
-    xsa_pool *p = make_pool(1 * GiB, true, recycling);
-    void *keep = alloc(p, 2 * MiB, S0);
-    release(p, alloc(p, 4 * MiB, S0));
-    void *x = alloc(p, 2 * MiB, S1); /* records a fence on S0 */
-    assert_int_equal(usage().events, 1);
-    release(p, keep);
-    release(p, x);
-    xsa_sim_fail_call(XSA_DRV_event_destroy, 1, XSA_CU_ERROR_UNKNOWN);
-    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
-    CHECK(p);
-    assert_int_equal(usage().events, 1);
-    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
-    assert_int_equal(usage().events, 0);
-    assert_int_equal(usage().reservations, 0);
     teardown(p);
 }
 
@@ -698,13 +483,8 @@ int main(void) {
         cmocka_unit_test(test_expandable_unmaps_only_whole_free_pages),
         cmocka_unit_test(test_expandable_map_failure_changes_nothing),
         cmocka_unit_test(test_expandable_best_fit_prefers_non_tail),
-        cmocka_unit_test(test_recycling_moves_free_pages_to_growth),
-        cmocka_unit_test(test_recycling_waits_for_other_streams),
-        cmocka_unit_test(test_recycling_headroom_bounds_moves),
-        cmocka_unit_test(test_recycling_headroom_survives_peak_reset),
         cmocka_unit_test(test_refused_release_is_retried),
         cmocka_unit_test(test_refused_address_free_keeps_segment),
-        cmocka_unit_test(test_refused_fence_destroy_keeps_segment),
         cmocka_unit_test(test_refused_mem_free_keeps_segment_cached),
         cmocka_unit_test(test_failed_growth_leaves_no_reservation),
         cmocka_unit_test(test_garbage_collection_frees_old_blocks),

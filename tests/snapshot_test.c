@@ -179,9 +179,9 @@ static void test_expandable_snapshot(void **state) {
     OK(xsa_record_stream(d, s2));
     OK(xsa_free(d)); /* pending: its event on s2 has not completed */
     OK(xsa_free(b)); /* leaves a whole free page */
-    OK(xsa_malloc(&big, 8 * MiB, 0, NULL)); /* new pages; a fence goes on the stream */
+    OK(xsa_malloc(&big, 8 * MiB, 0, NULL)); /* b's page moves here, in stream order */
     xsa_sim_complete_stream(NULL);
-    OK(xsa_malloc(&big2, 4 * MiB, 0, NULL)); /* the fence passed: b's page moves */
+    OK(xsa_malloc(&big2, 4 * MiB, 0, NULL)); /* b's old address is unmapped by this growth */
     OK(xsa_free(big));
     OK(xsa_free(big2));
     OK(xsa_free(c));

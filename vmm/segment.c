@@ -106,7 +106,11 @@ xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_
     return XSA_CU_SUCCESS;
 }
 
-xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_handle *taken) {
+/* The unmap of xsa_segment_unmap (mode TAKE or RELEASE) and
+ * xsa_segment_unmap_moved (FORGET). */
+typedef enum { UNMAP_TAKE, UNMAP_RELEASE, UNMAP_FORGET } unmap_mode;
+
+static xsa_cu_result unmap_pages(xsa_segment *s, size_t first, size_t n, unmap_mode mode, xsa_mem_handle *taken) {
     if (first > s->max_pages || n > s->max_pages - first) return XSA_CU_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < n; i++)
         if (!xsa_segment_page_mapped(s, first + i)) return XSA_CU_ERROR_INVALID_VALUE;
@@ -115,14 +119,30 @@ xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_
     for (size_t i = 0; i < n; i++) {
         xsa_mem_handle h = s->handles[first + i];
         s->handles[first + i] = XSA_NO_HANDLE;
-        if (taken)
+        if (mode == UNMAP_TAKE)
             taken[i] = h;
-        else
+        else if (mode == UNMAP_RELEASE)
             xsa_segment_release_handle(s, h);
     }
     s->mapped_pages -= n;
     release_unreleased(s);
     return XSA_CU_SUCCESS;
+}
+
+xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_handle *taken) {
+    return unmap_pages(s, first, n, taken ? UNMAP_TAKE : UNMAP_RELEASE, taken);
+}
+
+xsa_cu_result xsa_segment_unmap_moved(xsa_segment *s, size_t first, size_t n) {
+    return unmap_pages(s, first, n, UNMAP_FORGET, NULL);
+}
+
+void xsa_segment_forget(xsa_segment *s, size_t first, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!xsa_segment_page_mapped(s, first + i)) continue;
+        s->handles[first + i] = XSA_NO_HANDLE;
+        s->mapped_pages--;
+    }
 }
 
 xsa_cu_result xsa_segment_destroy(xsa_segment *s) {

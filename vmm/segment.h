@@ -9,7 +9,9 @@
  * newly mapped pages (one cuMemSetAccess per run is much cheaper than one
  * per page); a run of pages is unmapped with one cuMemUnmap. A map or unmap that fails part-way undoes what it did and
  * leaves the segment as it was. Handles can also be passed in and taken out
- * (page recycling moves a page's handle from one segment to another). A
+ * (page recycling moves a page's handle from one segment to another), or
+ * be mapped in two segments at once while a page moves in stream order:
+ * the old mapping is then unmapped without releasing the handle. A
  * handle the driver refuses to release stays with the segment and is
  * released again by the next unmap or by destroy, so a failed cuMemRelease
  * never leaks device memory.
@@ -67,6 +69,15 @@ xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_
  * With taken == NULL the handles are released; otherwise they are stored in
  * taken[0..n) and the caller owns them. On failure nothing changes. */
 xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_handle *taken);
+
+/* Unmaps pages [first, first+n), all mapped, whose handles were given to
+ * another segment that maps them too (a page moved in stream order): the
+ * handles are forgotten, not released. On failure nothing changes. */
+xsa_cu_result xsa_segment_unmap_moved(xsa_segment *s, size_t first, size_t n);
+
+/* Drops the handles of pages [first, first+n) without a driver call: for a
+ * teardown after xsa_segment_unmap_moved was refused. */
+void xsa_segment_forget(xsa_segment *s, size_t first, size_t n);
 
 /* Grants `peer` read/write on every mapped page now and on pages mapped later. */
 xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer);

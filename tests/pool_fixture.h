@@ -1,0 +1,40 @@
+/*
+ * pool_fixture: the pool-level tests' shared steps on the simulated driver
+ * (pool_test, recycle_test): a pool on a fresh simulated device, malloc and
+ * free that fail the test on error, and the pool's and the simulated
+ * driver's invariant checkers after every step.
+ */
+#ifndef XSA_TESTS_POOL_FIXTURE_H
+#define XSA_TESTS_POOL_FIXTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "pool/pool.h"
+#include "vmm/sim.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+extern xsa_driver *drv;
+extern char err[2048];
+#define S0 ((void *)NULL)
+#define S1 ((void *)0x1001)
+
+/* A fresh simulated device of `capacity` bytes. */
+void setup_sim(size_t capacity);
+/* The pool of device 0 on a fresh simulated device: default options, page
+ * recycling off, then tweak (if not NULL). */
+xsa_pool *make_pool(size_t capacity, bool expandable, void (*tweak)(xsa_pool_options *));
+/* Both invariant checkers; fails the test with their sentence. */
+void check(xsa_pool *p);
+#define CHECK(p) check(p)
+void *alloc(xsa_pool *p, size_t size, void *stream);
+void release(xsa_pool *p, void *ptr);
+xsa_device_stats stats(xsa_pool *p);
+xsa_sim_usage usage(void);
+/* Destroys the pool; the simulated driver must then hold nothing. */
+void teardown(xsa_pool *p);
+
+#endif

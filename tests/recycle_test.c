@@ -1,0 +1,281 @@
+/*
+ * recycle_test: page recycling on the simulated driver. Pages move at once,
+ * in stream order: the handle is mapped at the growth point while its old
+ * address stays mapped (draining) until an event recorded on the old
+ * stream completes; another stream waits on that event on the GPU, never
+ * on the CPU. The headroom rule bounds what moves, a failed growth gives
+ * its pages back, and releasing or destroying the pool ends the drains.
+ * Both invariant checkers run after every step.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/pool_fixture.h"
+
+static void recycling(xsa_pool_options *o) { o->page_recycling = true; }
+
+static void fill(void *p, int byte, size_t n) { memset(p, byte, n); }
+
+static void expect_bytes(const void *p, int byte, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (((const unsigned char *)p)[i] != (unsigned char)byte) fail_msg("byte %zu of %p changed", i, p);
+}
+
+static uint64_t calls(xsa_driver_entry e) {
+    uint64_t c[XSA_DRV_COUNT];
+    xsa_driver_read_calls(drv, c, NULL);
+    return c[e];
+}
+
+/* Large segment of S0: a [0, 6), b [6, 10), c [10, 12) MiB, b freed; the
+ * stream's work is still queued (events complete only when told). */
+typedef struct layout {
+    void *a, *b, *c;
+} layout;
+
+static layout three_blocks_b_free(xsa_pool *p) {
+    layout l = {alloc(p, 6 * MiB, S0), alloc(p, 4 * MiB, S0), alloc(p, 2 * MiB, S0)};
+    fill(l.a, 0xA1, 6 * MiB);
+    fill(l.c, 0xC3, 2 * MiB);
+    release(p, l.b);
+    return l;
+}
+
+static void test_page_moves_at_once_on_its_stream(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    layout l = three_blocks_b_free(p);
+    xsa_sim_usage before = usage();
+    uint64_t syncs = calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize);
+    /* The small pool grows by b's upper page, though S0's work may still
+     * use it: its work comes after that work on S0. */
+    void *d = alloc(p, 1000, S0);
+    xsa_device_stats s = stats(p);
+    assert_int_equal(s.num_pages_recycled, 1);
+    assert_int_equal(usage().handles, before.handles); /* no new physical page */
+    assert_int_equal(s.reserved_bytes[XSA_STAT_LARGE_POOL].current, 10 * MiB);
+    assert_int_equal(s.reserved_bytes[XSA_STAT_SMALL_POOL].current, 2 * MiB);
+    assert_int_equal(calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize), syncs);
+    assert_int_equal(calls(XSA_DRV_stream_wait_event), 0); /* same stream: no wait */
+    /* The old address still maps the page (queued work may use it): one
+     * physical page, seen at both addresses, counted once. */
+    char *old = (char *)l.b + 2 * MiB;
+    assert_int_equal(usage().mapped_bytes, 14 * MiB);
+    fill(d, 0xDD, 1000);
+    expect_bytes(old, 0xDD, 1000);
+    /* Its range is nobody's: a request that would fit there goes elsewhere. */
+    void *e = alloc(p, 2 * MiB, S0);
+    assert_ptr_equal(e, l.b); /* the 2 MiB left of b, not the draining page */
+    expect_bytes(l.a, 0xA1, 6 * MiB);
+    expect_bytes(l.c, 0xC3, 2 * MiB);
+    release(p, e);
+    release(p, d);
+    release(p, l.a);
+    release(p, l.c);
+    teardown(p);
+}
+
+static void test_other_stream_waits_on_the_gpu_and_old_address_goes_later(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    layout l = three_blocks_b_free(p);
+    void *d = alloc(p, 1000, S0); /* b's upper page moves */
+    char *upper = (char *)l.b + 2 * MiB, *lower = l.b;
+    /* b's lower page moves to S1's small pool: S1 waits for S0's queued
+     * work on the GPU (cuStreamWaitEvent), the CPU waits for nothing. */
+    void *x = alloc(p, 1 * MiB, S1);
+    assert_int_equal(calls(XSA_DRV_stream_wait_event), 1);
+    assert_int_equal(calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize), 0);
+    assert_int_equal(stats(p).num_pages_recycled, 2);
+    /* S0's work is still queued: both old addresses stay mapped. */
+    assert_int_not_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)upper), 0);
+    assert_int_not_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)lower), 0);
+    xsa_sim_complete_stream(S0);
+    /* The next growth unmaps them (polled, never waited for). */
+    void *y = alloc(p, 2 * MiB, S1);
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)upper), 0);
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)lower), 0);
+    assert_int_equal(calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize), 0);
+    assert_int_equal(usage().mapped_bytes, (size_t)stats(p).reserved_bytes[XSA_STAT_ALL].current);
+    release(p, x);
+    release(p, y);
+    release(p, d);
+    release(p, l.a);
+    release(p, l.c);
+    teardown(p);
+}
+
+static void test_pending_record_stream_block_is_never_taken(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    void *a = alloc(p, 4 * MiB, S0);
+    void *keep = alloc(p, 2 * MiB, S0);
+    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
+    release(p, a); /* waits for S1's event */
+    void *x = alloc(p, 2 * MiB, S1);
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    xsa_sim_complete_stream(S1);
+    void *y = alloc(p, 4 * MiB, S1); /* a is back in the cache: its pages move */
+    assert_int_equal(stats(p).num_pages_recycled, 2);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 2 * MiB + 2 * MiB + 4 * MiB);
+    release(p, x);
+    release(p, y);
+    release(p, keep);
+    teardown(p);
+}
+
+static double headroom;
+static void recycling_with_headroom(xsa_pool_options *o) {
+    o->page_recycling = true;
+    o->page_recycling_headroom = headroom;
+}
+
+/* A growth creates new pages while reserved stays within (1 + headroom) x
+ * the highest allocated bytes, and moves pages only for the rest. */
+static void test_headroom_bounds_moves(void **state) {
+    (void)state;
+    const struct {
+        double headroom;
+        int64_t recycled, reserved;
+    } cases[] = {
+        {0.0, 2, 16 * MiB}, /* high 16 MiB, reserved 16: both pages move */
+        {0.1, 2, 16 * MiB}, /* room for 1.6 MiB: still no whole new page */
+        {0.2, 1, 18 * MiB}, /* room for 3.2 MiB: one new page, one moved */
+        {1.0, 0, 20 * MiB}, /* room for 16 MiB: nothing moves */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        headroom = cases[i].headroom;
+        xsa_pool *p = make_pool(1 * GiB, true, recycling_with_headroom);
+        void *a = alloc(p, 8 * MiB, S0);
+        release(p, alloc(p, 8 * MiB, S0)); /* 4 free pages on S0; allocated 8 of 16 MiB */
+        void *x = alloc(p, 4 * MiB, S1);   /* S1's segment needs 2 pages */
+        xsa_device_stats s = stats(p);
+        if (s.num_pages_recycled != cases[i].recycled || s.reserved_bytes[XSA_STAT_ALL].current != cases[i].reserved)
+            fail_msg("headroom %.1f: %lld pages recycled, %lld bytes reserved", headroom,
+                     (long long)s.num_pages_recycled, (long long)s.reserved_bytes[XSA_STAT_ALL].current);
+        release(p, x);
+        release(p, a);
+        teardown(p);
+    }
+}
+
+/* The bound uses the highest allocated bytes ever seen: resetting the peak
+ * stats does not make recycling move pages it would not have moved. */
+static void test_headroom_survives_peak_reset(void **state) {
+    (void)state;
+    headroom = 0.5;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling_with_headroom);
+    release(p, alloc(p, 16 * MiB, S0)); /* high 16 MiB; 8 free pages on S0 */
+    xsa_pool_reset_peak_stats(p);       /* allocated peak now 0 */
+    void *x = alloc(p, 4 * MiB, S1);    /* within 1.5 x 16 MiB: new pages */
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 20 * MiB);
+    void *y = alloc(p, 8 * MiB, S1); /* 4 pages, room for 2 new: 2 move */
+    assert_int_equal(stats(p).num_pages_recycled, 2);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 24 * MiB); /* the bound */
+    release(p, x);
+    release(p, y);
+    teardown(p);
+}
+
+/* A growth that fails after taking pages gives them back where they were:
+ * the pool is as before, with the same free memory. */
+static void test_failed_growth_gives_pages_back(void **state) {
+    (void)state;
+    const xsa_driver_entry failing[] = {XSA_DRV_mem_map, XSA_DRV_mem_set_access, XSA_DRV_mem_create};
+    for (size_t i = 0; i < sizeof failing / sizeof *failing; i++) {
+        headroom = 0.0;
+        xsa_pool *p = make_pool(1 * GiB, true, recycling_with_headroom);
+        void *a = alloc(p, 8 * MiB, S0);
+        release(p, alloc(p, 4 * MiB, S0)); /* 2 free pages; high 12 MiB */
+        void *b = alloc(p, 2 * MiB, S1);   /* one page moves: 1 free page left on S0 */
+        xsa_device_stats before = stats(p);
+        size_t free_before = 0;
+        xsa_pool_cache_info(p, &free_before, NULL);
+        /* 2 pages: one to move, one new (cuMemCreate is called for it only). */
+        xsa_sim_fail_call(failing[i], 1, XSA_CU_ERROR_UNKNOWN);
+        void *x = NULL;
+        assert_int_equal(xsa_pool_malloc(p, 4 * MiB, S1, &x, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+        CHECK(p);
+        xsa_device_stats after = stats(p);
+        size_t free_after = 0;
+        xsa_pool_cache_info(p, &free_after, NULL);
+        assert_int_equal(free_after, free_before);
+        assert_int_equal(after.num_pages_recycled, before.num_pages_recycled);
+        for (int k = 0; k < XSA_STAT_TYPES; k++)
+            assert_int_equal(after.reserved_bytes[k].current, before.reserved_bytes[k].current);
+        x = alloc(p, 4 * MiB, S1); /* and it works once the driver does */
+        release(p, x);
+        release(p, a);
+        release(p, b);
+        teardown(p);
+    }
+}
+
+static void test_empty_cache_waits_for_old_addresses(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    layout l = three_blocks_b_free(p);
+    void *d = alloc(p, 1000, S0); /* b's upper page moves; S0's work is queued */
+    release(p, l.a);
+    release(p, l.c);
+    uint64_t syncs = calls(XSA_DRV_event_synchronize);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_true(calls(XSA_DRV_event_synchronize) > syncs);
+    /* Only the small pool's page is left, mapped once. */
+    assert_int_equal(usage().mapped_bytes, 2 * MiB);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 2 * MiB);
+    assert_int_equal(usage().reservations, 1);
+    release(p, d);
+    teardown(p);
+}
+
+static void test_refused_unmap_of_old_address_is_retried(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    layout l = three_blocks_b_free(p);
+    void *d = alloc(p, 1000, S0);
+    release(p, l.a);
+    release(p, l.c);
+    xsa_sim_fail_call(XSA_DRV_mem_unmap, 1, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    CHECK(p);
+    assert_int_equal(usage().mapped_bytes, 14 * MiB); /* the old address stayed, and the rest */
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 12 * MiB);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(usage().mapped_bytes, 2 * MiB);
+    release(p, d);
+    teardown(p);
+}
+
+/* Destroying the pool with old addresses still draining releases each
+ * handle once (teardown checks the simulated driver holds nothing). */
+static void test_destroy_while_draining(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    layout l = three_blocks_b_free(p);
+    alloc(p, 1000, S0);
+    (void)l;
+    teardown(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_page_moves_at_once_on_its_stream),
+        cmocka_unit_test(test_other_stream_waits_on_the_gpu_and_old_address_goes_later),
+        cmocka_unit_test(test_pending_record_stream_block_is_never_taken),
+        cmocka_unit_test(test_headroom_bounds_moves),
+        cmocka_unit_test(test_headroom_survives_peak_reset),
+        cmocka_unit_test(test_failed_growth_gives_pages_back),
+        cmocka_unit_test(test_empty_cache_waits_for_old_addresses),
+        cmocka_unit_test(test_refused_unmap_of_old_address_is_retried),
+        cmocka_unit_test(test_destroy_while_draining),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
