@@ -53,11 +53,13 @@ static size_t pages_of(const xsa_pool *p, const xsa_block *b) { return b->size /
 static size_t first_page(const xsa_pool *p, const xsa_block *b) { return (b->ptr - b->seg->base) / p->page_size; }
 
 /* Orders target's stream after the work queued so far on b's stream, with
- * an event that also marks when b's old address can go. */
+ * an event that also marks when b's old address can go. Another stream
+ * waits on the GPU only if that work has not completed already. */
 static bool fence(xsa_pool *p, const xsa_seg *target, const xsa_block *b, xsa_event *ev) {
     if (xsa_events_take_event(&p->events, ev) != XSA_CU_SUCCESS) return false;
     if (XSA_DRV(p->drv, event_record, *ev, b->stream) == XSA_CU_SUCCESS &&
-        (target->stream == b->stream || XSA_DRV(p->drv, stream_wait_event, target->stream, *ev) == XSA_CU_SUCCESS))
+        (target->stream == b->stream || XSA_DRV(p->drv, event_query, *ev) == XSA_CU_SUCCESS ||
+         XSA_DRV(p->drv, stream_wait_event, target->stream, *ev) == XSA_CU_SUCCESS))
         return true;
     xsa_events_put_event(&p->events, *ev);
     return false;
@@ -95,14 +97,22 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
     return n;
 }
 
-size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, xsa_mem_handle *handles) {
+/* Takes pages for target from the free blocks of `stream` (other == false)
+ * or of every other stream (other == true), small free blocks first. */
+static size_t take_pass(xsa_pool *p, const xsa_seg *target, bool other, const xsa_block *keep1,
+                        const xsa_block *keep2, size_t pages, xsa_mem_handle *handles) {
     size_t got = 0;
     for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
         xsa_free_set *set = &p->free[k];
-        /* Ascending (stream, size): small free blocks first. Each step
-         * finds the next block before b is split. */
-        for (xsa_block *b = xsa_free_set_first(set), *next; b && got < pages; b = next) {
+        /* Ascending (stream, size). Each step finds the next block before
+         * b is split. */
+        xsa_block *b = other ? xsa_free_set_first(set) : xsa_free_set_lower_bound(set, target->stream, p->page_size);
+        for (xsa_block *next; b && got < pages; b = next) {
+            if ((b->stream == target->stream) != !other) {
+                if (!other) break; /* past the stream's blocks */
+                next = xsa_free_set_lower_bound(set, (xsa_stream)((uintptr_t)b->stream + 1), 0);
+                continue;
+            }
             if (b->size < p->page_size) {
                 /* Skip the stream's blocks too small to hold a page. */
                 next = xsa_free_set_lower_bound(set, b->stream, p->page_size);
@@ -113,6 +123,14 @@ size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *kee
             got += take_from(p, target, b, pages - got, handles + got);
         }
     }
+    return got;
+}
+
+size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
+                        size_t pages, xsa_mem_handle *handles) {
+    /* Pages of the growing stream first: they move with no wait at all. */
+    size_t got = take_pass(p, target, false, keep1, keep2, pages, handles);
+    if (got < pages) got += take_pass(p, target, true, keep1, keep2, pages - got, handles + got);
     return got;
 }
 

@@ -110,6 +110,35 @@ static void test_other_stream_waits_on_the_gpu_and_old_address_goes_later(void *
     teardown(p);
 }
 
+/* When the old stream's work has already completed, the other stream needs
+ * no wait; pages of the growing stream itself are taken first. */
+static void test_no_wait_for_finished_work_and_own_stream_first(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    xsa_sim_set_eager_events(1); /* every recorded event has completed */
+    void *a = alloc(p, 4 * MiB, S0), *keep0 = alloc(p, 2 * MiB, S0);
+    void *b = alloc(p, 4 * MiB, S1), *keep1 = alloc(p, 2 * MiB, S1);
+    release(p, a); /* S0: 2 free pages */
+    release(p, b); /* S1: 2 free pages */
+    void *x = alloc(p, 1000, S1); /* S1's small pool takes one of b's pages, not a's */
+    assert_int_equal(stats(p).num_pages_recycled, 1);
+    void *z = alloc(p, 4 * MiB, S0); /* a's pages are all there: a cache hit */
+    assert_ptr_equal(z, a);
+    assert_int_equal(stats(p).num_pages_recycled, 1);
+    release(p, z);
+    /* 3 pages for S1: b's last, then a's two; S0's work is done, so S1
+     * waits for nothing. */
+    void *y = alloc(p, 6 * MiB, S1);
+    assert_int_equal(stats(p).num_pages_recycled, 4);
+    assert_int_equal(calls(XSA_DRV_stream_wait_event), 0);
+    xsa_sim_set_eager_events(0);
+    release(p, x);
+    release(p, y);
+    release(p, keep0);
+    release(p, keep1);
+    teardown(p);
+}
+
 static void test_pending_record_stream_block_is_never_taken(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, recycling);
@@ -269,6 +298,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_page_moves_at_once_on_its_stream),
         cmocka_unit_test(test_other_stream_waits_on_the_gpu_and_old_address_goes_later),
+        cmocka_unit_test(test_no_wait_for_finished_work_and_own_stream_first),
         cmocka_unit_test(test_pending_record_stream_block_is_never_taken),
         cmocka_unit_test(test_headroom_bounds_moves),
         cmocka_unit_test(test_headroom_survives_peak_reset),
