@@ -2,7 +2,8 @@
  * api/allocator: the public C API over one pool per device.
  *
  * Design: initialisation (explicit, or lazy from XSALLOC_CONF on the first
- * call) parses the configuration, picks the driver and counts devices. A
+ * call) parses the configuration, picks the driver, counts devices and
+ * starts the lag probe if XSALLOC_LAG_PROBE names a file (api/lag_probe.h). A
  * device's pool is created on its first use. Each device has its own lock.
  * A pointer's pool (lock_owner): with one device, that device's; else the
  * reservation ranges (expandable segments, a lock-free search) name it, or
@@ -21,6 +22,7 @@
 #include "api/errors.h"
 #include "api/internal.h"
 #include "api/ipc.h"
+#include "api/lag_probe.h"
 #include "api/ranges.h"
 #include "pool/pool.h"
 #include "vmm/sim.h"
@@ -82,6 +84,8 @@ static xsa_status init_locked(const char *conf) {
     if (r != XSA_CU_SUCCESS)
         return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: initialisation failed: %s", d->name, d->error_string(r));
     if (count <= 0) return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: no device", d->name);
+    xsa_status st = xsa_lag_probe_start(getenv("XSALLOC_LAG_PROBE"), d);
+    if (st != XSA_SUCCESS) return st;
     g.drv = d;
     g.devices = count < XSA_MAX_DEVICES ? count : XSA_MAX_DEVICES;
     for (int i = 0; i < g.devices; i++) {
@@ -118,6 +122,7 @@ static inline xsa_status ensure_init(void) {
 xsa_status xsa_shutdown(void) {
     pthread_mutex_lock(&g.init_lock);
     if (atomic_load(&g.ready)) {
+        xsa_lag_probe_stop();
         xsa_ipc_close_all();
         for (int i = 0; i < g.devices; i++) {
             if (g.slot[i].pool) xsa_pool_destroy(g.slot[i].pool);

@@ -11,12 +11,14 @@
  * current context's. The driver remembers the thread's context when it
  * first replaces it during a call (xsa_cuda_ctx_watch) and puts it back at
  * the end (xsa_cuda_ctx_restore), so a cache hit, which never reaches the
- * driver, makes no driver call for it.
+ * driver, makes no driver call for it. xsa_torch_malloc and xsa_torch_free
+ * also feed the lag probe (api/lag_probe.h), one untaken branch when off.
  */
 #include "api/pytorch.h"
 
 #include <stdio.h>
 
+#include "api/lag_probe.h"
 #include "vmm/driver.h"
 
 static void report(const char *what, xsa_status st) {
@@ -46,13 +48,15 @@ void *xsa_torch_malloc(ssize_t size, int device, void *stream) {
     }
     xsa_status st = xsa_ctx_malloc(&p, (size_t)size, device, stream);
     if (st != XSA_SUCCESS) report("xsa_torch_malloc", st);
+    xsa_lag_probe_note(device, stream);
     return p;
 }
 
 void xsa_torch_free(void *ptr, ssize_t size, int device, void *stream) {
-    (void)size, (void)device, (void)stream;
+    (void)size;
     xsa_status st = xsa_ctx_free(ptr);
     if (st != XSA_SUCCESS) report("xsa_torch_free", st);
+    xsa_lag_probe_note(device, stream); /* PyTorch passes the block's device and stream */
 }
 
 void xsa_torch_record_stream(void *ptr, void *stream) {
