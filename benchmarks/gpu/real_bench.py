@@ -61,6 +61,9 @@ def parse_run_args(argv):
     for w in WORKLOAD_STEPS:
         names = sorted({f"--steps-{w}", f"--steps-{w.replace('_', '-')}"})
         p.add_argument(*names, type=int, dest=f"steps_{w}", metavar="N", help=f"steps of {w} ({WORKLOAD_STEPS[w]})")
+    p.add_argument("--xsalloc-lib", action="append", default=[], metavar="NAME=PATH",
+                   help="an xsalloc variant NAME (default conf) that loads libxsalloc.so from PATH: another build "
+                        "compared in the same interleaved run (repeatable)")
     p.add_argument("--timeout", type=float, default=240, help="seconds a child may run (240)")
     p.add_argument("--budget-s", type=float, default=420,
                    help="launch no child after this many seconds (420; 0: no limit)")
@@ -84,6 +87,16 @@ def parse_run_args(argv):
         if name in TORCH_ALLOCS or name == "xsalloc" or name in variants:
             p.error(f"--xsalloc-conf {item!r}: the name {name!r} is taken")
         variants[name] = conf
+    libs = {}
+    for item in args.xsalloc_lib:
+        name, sep, path = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not os.path.isfile(path):
+            p.error(f"--xsalloc-lib {item!r}: expected NAME=PATH of an existing libxsalloc.so")
+        if name in TORCH_ALLOCS or name == "xsalloc" or name in variants:
+            p.error(f"--xsalloc-lib {item!r}: the name {name!r} is taken")
+        variants[name] = None
+        libs[name] = os.path.abspath(path)
+    args.libs = libs
     names = [a for a in args.allocs.split(",") if a]
     unknown = [a for a in names if a not in TORCH_ALLOCS and a != "xsalloc" and a not in variants]
     if unknown:
@@ -212,8 +225,8 @@ def read_json(path):
         return None
 
 
-def launch(run, workload, alloc, conf, use_xsalloc, steps, out_dir, timeout, probe_lag):
-    """Runs one child; returns its record (status "ok" or "failed")."""
+def launch(run, workload, alloc, conf, use_xsalloc, steps, out_dir, timeout, probe_lag, lib=None):
+    """Runs one child (with XSALLOC_LIBRARY=lib when given); returns its record (status "ok" or "failed")."""
     base = os.path.join(out_dir, "children", f"r{run}-{workload}-{alloc}")
     result, log = base + ".json", base + ".log"
     lag = base + ".lag.json" if use_xsalloc and probe_lag else None
@@ -227,7 +240,8 @@ def launch(run, workload, alloc, conf, use_xsalloc, steps, out_dir, timeout, pro
             # Unbuffered: its output stays in order, the failure's lines last.
             rc = subprocess.run(child_command(workload, alloc, conf, steps, result, lag), stdout=f,
                                 stderr=subprocess.STDOUT, timeout=timeout,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
+                                env=dict(os.environ, PYTHONUNBUFFERED="1",
+                                         **({"XSALLOC_LIBRARY": lib} if lib else {}))).returncode
         error = None if rc == 0 else f"exit {rc}: {last_line(log)}"
     except subprocess.TimeoutExpired:
         rc, error = None, f"timed out after {timeout:g} s: {last_line(log)}"
@@ -286,7 +300,7 @@ def run_all(argv):
                 break
             _, conf, use_xsalloc = by_name[alloc]
             rec = launch(run, workload, alloc, conf, use_xsalloc, steps[workload], out_dir, args.timeout,
-                         not args.no_lag)
+                         not args.no_lag, args.libs.get(alloc))
             failed += rec["status"] != "ok"
             write(rec)
             print(progress(start, i + 1, len(todo), rec), flush=True)
