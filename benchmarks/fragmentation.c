@@ -3,11 +3,15 @@
  * three modes and prints one table beside PyTorch's figures, plus one SVG
  * per trace of reserved and allocated memory over the trace.
  *
- *   bazel run //benchmarks:fragmentation -- [--driver sim|cuda] [--out DIR] [--traces DIR]
+ *   bazel run //benchmarks:fragmentation -- [--driver sim|cuda] [--out DIR] [--traces DIR] [--gpu-lag N]
  *
  * Modes: classic (cuMemAlloc segments, PyTorch's native allocator),
  * expandable (expandable segments without page recycling: PyTorch's
  * expandable_segments:True) and recycling (xsalloc's page recycling).
+ * Each runs at GPU lag 0 and, on the simulated driver, again at lag N
+ * (default XSA_REPLAY_DEFAULT_GPU_LAG): the GPU N events behind the CPU,
+ * whose peak reserved, ratio and violations stand beside. The plots are
+ * lag 0's.
  *
  * Design: traces are found through Bazel's runfiles (they are `data` of this
  * binary) or the workspace; each replay is a fresh xsalloc instance
@@ -17,6 +21,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,10 +64,14 @@ typedef struct run {
     int ok, skipped;
     xsa_replay_result r;
     series s;
+    /* At options.lag (sim only): ran, passed, its figures. */
+    int lag_ran, lag_ok;
+    xsa_replay_result lag_r;
 } run;
 
 typedef struct options {
-    const char *driver, *out, *traces;
+    const char *driver, *out, *traces, *gpu_lag;
+    int64_t lag;
 } options;
 
 /* ---- finding the traces ---- */
@@ -137,12 +146,18 @@ static void replay_mode(const xsa_trace *t, const char *path, const options *o, 
         fprintf(stderr, "fragmentation: out of memory\n");
         return;
     }
-    int rc = xsa_replay(t, m->conf, o->driver, &out->r, mem, err, sizeof err);
+    xsa_replay_options ro = {.driver = o->driver, .conf = m->conf, .series = mem};
+    int rc = xsa_replay(t, &ro, &out->r, err, sizeof err);
     fclose(mem);
     if (rc) fprintf(stderr, "fragmentation: %s, %s: %s\n", path, m->name, err);
     else if (parse_series(csv, &out->s)) fprintf(stderr, "fragmentation: out of memory\n");
     else out->ok = 1;
     free(csv);
+    if (!out->ok || strcmp(out->r.driver, "sim")) return; /* a real GPU has its own lag */
+    ro = (xsa_replay_options){.driver = o->driver, .conf = m->conf, .gpu_lag = o->lag};
+    out->lag_ran = 1;
+    out->lag_ok = xsa_replay(t, &ro, &out->lag_r, err, sizeof err) == 0;
+    if (!out->lag_ok) fprintf(stderr, "fragmentation: %s, %s, lag %" PRId64 ": %s\n", path, m->name, o->lag, err);
 }
 
 /* ---- the table ---- */
@@ -153,15 +168,35 @@ static const struct pytorch_figures *pytorch_for(const char *trace) {
     return NULL;
 }
 
-static void print_header(const char *driver) {
-    printf("\nFragmentation on the bundled traces (driver: %s; GB = 1e9 bytes; ratio = peak reserved / peak allocated)\n\n",
-           driver);
-    printf("| %-22s | %-10s | %10s | %10s | %6s | %-26s | %8s | %-30s |\n", "trace", "mode",
-           "peak alloc", "peak resv", "ratio", "PyTorch (same mode)", "ns/event",
-           "driver calls (*)");
-    printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "------------", "------------",
-           "------------", "--------", "----------------------------", "----------",
-           "--------------------------------");
+#define ROW "| %-22s | %-10s | %10s | %10s | %6s | %-26s | %14s | %6s | %5s | %8s | %-30s |\n"
+
+static void print_header(const char *driver, int64_t lag) {
+    printf("\nFragmentation on the bundled traces (driver: %s; GB = 1e9 bytes; ratio = peak reserved / peak allocated;\n"
+           "lag %" PRId64 ": the simulated GPU runs %" PRId64 " trace events behind the CPU, viol. = its violations)\n\n",
+           driver, lag, lag);
+    char resv[32];
+    snprintf(resv, sizeof resv, "resv, lag %" PRId64, lag);
+    printf(ROW, "trace", "mode", "peak alloc", "peak resv", "ratio", "PyTorch (same mode)", resv, "ratio", "viol.",
+           "ns/event", "driver calls (*)");
+    printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "------------", "------------",
+           "------------", "--------", "----------------------------", "----------------", "--------", "-------",
+           "----------", "--------------------------------");
+}
+
+/* The lag columns: figures of a pass failed by violations are still shown. */
+static void lag_cells(const run *rn, char *resv, char *ratio, char *viol, size_t len) {
+    const xsa_replay_result *r = &rn->lag_r;
+    if (!rn->lag_ran) {
+        snprintf(resv, len, "%s", rn->ok ? "sim only" : "");
+        ratio[0] = viol[0] = '\0';
+    } else if (!rn->lag_ok && !r->violations) {
+        snprintf(resv, len, "failed");
+        ratio[0] = viol[0] = '\0';
+    } else {
+        snprintf(resv, len, "%8.2f GB", r->peak_reserved / GB);
+        snprintf(ratio, len, "%6.3f", r->ratio);
+        snprintf(viol, len, "%" PRIu64, r->violations);
+    }
 }
 
 static void print_row(const char *trace, int mode, const run *rn) {
@@ -171,8 +206,7 @@ static void print_row(const char *trace, int mode, const run *rn) {
     if (pt && mode > 0)
         snprintf(ref, sizeof ref, "expandable %.2f GB, %.3f", pt->expandable_gb, pt->expandable_ratio);
     if (!rn->ok) {
-        printf("| %-22s | %-10s | %10s | %10s | %6s | %-26s | %8s | %-30s |\n", trace, modes[mode].name,
-               rn->skipped ? "skipped" : "failed", "", "", ref, "",
+        printf(ROW, trace, modes[mode].name, rn->skipped ? "skipped" : "failed", "", "", ref, "", "", "", "",
                rn->skipped ? "multi-stream: sim driver only" : "see stderr");
         return;
     }
@@ -183,13 +217,17 @@ static void print_row(const char *trace, int mode, const run *rn) {
              (unsigned long long)XSA_REPLAY_CALLS(r, mem_unmap), (unsigned long long)XSA_REPLAY_CALLS(r, mem_release),
              (unsigned long long)XSA_REPLAY_CALLS(r, mem_set_access),
              (unsigned long long)XSA_REPLAY_CALLS(r, mem_alloc), (unsigned long long)XSA_REPLAY_CALLS(r, mem_free));
-    printf("| %-22s | %-10s | %7.2f GB | %7.2f GB | %6.3f | %-26s | %8.0f | %-30s |\n", trace,
-           modes[mode].name, r->peak_allocated / GB, r->peak_reserved / GB, r->ratio, ref,
-           r->ns_per_event, calls);
+    char alloc[32], resv[32], ratio[16], lag_resv[32], lag_ratio[32], viol[32], ns[32];
+    snprintf(alloc, sizeof alloc, "%7.2f GB", r->peak_allocated / GB);
+    snprintf(resv, sizeof resv, "%7.2f GB", r->peak_reserved / GB);
+    snprintf(ratio, sizeof ratio, "%6.3f", r->ratio);
+    snprintf(ns, sizeof ns, "%8.0f", r->ns_per_event);
+    lag_cells(rn, lag_resv, lag_ratio, viol, sizeof lag_resv);
+    printf(ROW, trace, modes[mode].name, alloc, resv, ratio, ref, lag_resv, lag_ratio, viol, ns, calls);
 }
 
 static void print_footer(void) {
-    printf("\n(*) cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess; cuMemAlloc/cuMemFree, during the event loop.\n");
+    printf("\n(*) cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess; cuMemAlloc/cuMemFree, during the event loop at lag 0.\n");
     printf("\nPyTorch figures: PyTorch 2.11's caching allocator replaying the same traces on an H100 "
            "(benchmarks/traces/README.md).\ncudaMallocAsync ran the workloads themselves at ratio");
     for (size_t i = 0; i < sizeof pytorch / sizeof *pytorch; i++)
@@ -282,18 +320,30 @@ static int write_svg(const char *path, const char *trace, const run *runs) {
 /* ---- main ---- */
 
 static int usage(void) {
-    fprintf(stderr, "usage: fragmentation [--driver sim|cuda] [--out DIR] [--traces DIR]\n");
+    fprintf(stderr, "usage: fragmentation [--driver sim|cuda] [--out DIR] [--traces DIR] [--gpu-lag N]\n");
     return 2;
 }
 
 static int parse_args(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
-        const char **dst = strcmp(argv[i], "--driver") == 0 ? &o->driver
-                           : strcmp(argv[i], "--out") == 0  ? &o->out
-                           : strcmp(argv[i], "--traces") == 0 ? &o->traces
-                                                              : NULL;
+        const char **dst = strcmp(argv[i], "--driver") == 0    ? &o->driver
+                           : strcmp(argv[i], "--out") == 0     ? &o->out
+                           : strcmp(argv[i], "--traces") == 0  ? &o->traces
+                           : strcmp(argv[i], "--gpu-lag") == 0 ? &o->gpu_lag
+                                                               : NULL;
         if (!dst || i + 1 == argc) return usage();
         *dst = argv[++i];
+    }
+    o->lag = XSA_REPLAY_DEFAULT_GPU_LAG;
+    if (o->gpu_lag) {
+        char *end;
+        errno = 0;
+        long long lag = strtoll(o->gpu_lag, &end, 10);
+        if (errno || end == o->gpu_lag || *end || lag <= 0) {
+            fprintf(stderr, "fragmentation: --gpu-lag is a number of trace events above 0 (lag 0 is always run)\n");
+            return usage();
+        }
+        o->lag = lag;
     }
     return 0;
 }
@@ -334,10 +384,10 @@ static int do_trace(const options *o, const char *dir, const char *file, const c
         replay_mode(&t, path, o, &modes[m], &runs[m]);
         /* The cuda driver refuses multi-stream traces: a skip, not a failure. */
         runs[m].skipped = !runs[m].ok && t.n_streams > 1 && strcmp(runs[m].r.driver, "cuda") == 0;
-        failed |= !runs[m].ok && !runs[m].skipped;
+        failed |= (!runs[m].ok && !runs[m].skipped) || (runs[m].lag_ran && !runs[m].lag_ok);
     }
     xsa_trace_free(&t);
-    if (!*header) print_header(runs[0].ok ? runs[0].r.driver : o->driver ? o->driver : "default");
+    if (!*header) print_header(runs[0].ok ? runs[0].r.driver : o->driver ? o->driver : "default", o->lag);
     *header = 1;
     for (int m = 0; m < N_MODES; m++) print_row(name, m, &runs[m]);
     fflush(stdout);
