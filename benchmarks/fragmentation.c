@@ -14,28 +14,26 @@
  * lag 0's.
  *
  * Design: traces are found through Bazel's runfiles (they are `data` of this
- * binary) or the workspace; each replay is a fresh xsalloc instance
- * (replay_lib), whose series CSV goes to a memory stream and is parsed back
- * for the plot. The SVG is written by hand. GB = 1e9 bytes, as in the
- * traces' README.
+ * binary) or the workspace (trace_files); each replay is a fresh xsalloc
+ * instance (replay_lib), whose series CSV goes to a memory stream and is
+ * parsed back for the plot (svg_plot). GB = 1e9 bytes, as in the traces'
+ * README.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "benchmarks/replay_lib.h"
+#include "benchmarks/svg_plot.h"
 #include "benchmarks/trace.h"
+#include "benchmarks/trace_files.h"
 
 #define GB 1e9
-#define MAX_TRACES 32
 #define N_MODES 3
-#define DIR_LEN 2048 /* directories; file paths get room for a name more */
-#define PATH_LEN (DIR_LEN + 512)
+#define PATH_LEN (XSA_TRACE_FILES_DIR_LEN + 512) /* a directory and a file name */
 
 static const struct mode {
     const char *name, *conf;
@@ -73,47 +71,6 @@ typedef struct options {
     const char *driver, *out, *traces, *gpu_lag;
     int64_t lag;
 } options;
-
-/* ---- finding the traces ---- */
-
-static int has_suffix(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Names of dir's *.trace.gz files, sorted; their count (0 if none or no dir). */
-static int list_traces(const char *dir, char **names) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    for (struct dirent *e; n < MAX_TRACES && (e = readdir(d));)
-        if (has_suffix(e->d_name, ".trace.gz")) names[n++] = strdup(e->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
-    return n;
-}
-
-/* The first candidate directory holding traces: runfiles first (the
- * `data` of this binary), then the workspace and the working directory. */
-static int find_traces(const options *o, const char *argv0, char *dir, size_t len, char **names) {
-    const char *runfiles = getenv("RUNFILES_DIR"), *ws = getenv("BUILD_WORKSPACE_DIRECTORY");
-    char cand[4][DIR_LEN];
-    int k = 0;
-    if (runfiles) snprintf(cand[k++], sizeof cand[0], "%s/xsalloc/benchmarks/traces", runfiles);
-    snprintf(cand[k++], sizeof cand[0], "%s.runfiles/xsalloc/benchmarks/traces", argv0);
-    snprintf(cand[k++], sizeof cand[0], "benchmarks/traces");
-    if (ws) snprintf(cand[k++], sizeof cand[0], "%s/benchmarks/traces", ws);
-    for (int i = o->traces ? -1 : 0; i < k; i++) {
-        snprintf(dir, len, "%s", i < 0 ? o->traces : cand[i]);
-        int n = list_traces(dir, names);
-        if (n > 0 || i < 0) return n;
-    }
-    return 0;
-}
 
 /* ---- replaying ---- */
 
@@ -237,84 +194,23 @@ static void print_footer(void) {
 
 /* ---- the plot ---- */
 
-#define SVG_W 960
-#define SVG_H 540
-#define PAD_L 70
-#define PAD_R 20
-#define PAD_T 40
-#define PAD_B 50
-
-/* A 1-2-5 step giving about 6 ticks up to max. */
-static double tick_step(double max) {
-    double step = 1e-3;
-    for (int i = 0; step * 6 < max; i++) step *= i % 3 == 1 ? 2.5 : 2;
-    return step;
-}
-
-static void svg_axes(FILE *f, double max_event, double max_gb, double step) {
-    double h = SVG_H - PAD_T - PAD_B, w = SVG_W - PAD_L - PAD_R;
-    for (double g = 0; g <= max_gb + 1e-9; g += step) {
-        double y = PAD_T + h - g / max_gb * h;
-        fprintf(f, "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' stroke='#ddd'/>\n", PAD_L, y, SVG_W - PAD_R, y);
-        fprintf(f, "<text x='%d' y='%.1f' text-anchor='end' font-size='12'>%g GB</text>\n", PAD_L - 6, y + 4, g);
-    }
-    for (int i = 0; i <= 4; i++) {
-        double x = PAD_L + w * i / 4;
-        fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle' font-size='12'>%.0f</text>\n", x,
-                SVG_H - PAD_B + 18, max_event * i / 4);
-    }
-    fprintf(f, "<rect x='%d' y='%d' width='%.0f' height='%.0f' fill='none' stroke='#333'/>\n", PAD_L, PAD_T, w, h);
-    fprintf(f, "<text x='%.0f' y='%d' text-anchor='middle' font-size='13'>event</text>\n",
-            PAD_L + w / 2, SVG_H - 12);
-}
-
-static void svg_line(FILE *f, const series *s, const double *v, double max_event, double max_gb,
-                     const char *color, const char *style) {
-    double h = SVG_H - PAD_T - PAD_B, w = SVG_W - PAD_L - PAD_R;
-    fprintf(f, "<polyline fill='none' stroke='%s' %s points='", color, style);
-    for (size_t i = 0; i < s->n; i++)
-        fprintf(f, "%.1f,%.1f ", PAD_L + s->event[i] / max_event * w, PAD_T + h - v[i] / GB / max_gb * h);
-    fprintf(f, "'/>\n");
-}
-
-static void svg_legend(FILE *f, int mode, int row, const run *rn) {
-    int y = PAD_T + 18 + row * 36;
-    fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='%s' stroke-width='2'/>\n", PAD_L + 12, y,
-            PAD_L + 40, y, modes[mode].color);
-    fprintf(f, "<text x='%d' y='%d' font-size='12'>%s reserved (peak %.2f GB, ratio %.3f)</text>\n",
-            PAD_L + 46, y + 4, modes[mode].name, rn->r.peak_reserved / GB, rn->r.ratio);
-    fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='%s' stroke-dasharray='4 3'/>\n", PAD_L + 12,
-            y + 16, PAD_L + 40, y + 16, modes[mode].color);
-    fprintf(f, "<text x='%d' y='%d' font-size='12'>%s allocated (peak %.2f GB)</text>\n", PAD_L + 46,
-            y + 20, modes[mode].name, rn->r.peak_allocated / GB);
-}
-
 static int write_svg(const char *path, const char *trace, const run *runs) {
-    double max_event = 1, max_bytes = 1;
-    for (int m = 0; m < N_MODES; m++)
-        for (size_t i = 0; runs[m].ok && i < runs[m].s.n; i++) {
-            if (runs[m].s.event[i] > max_event) max_event = runs[m].s.event[i];
-            if (runs[m].s.reserved[i] > max_bytes) max_bytes = runs[m].s.reserved[i];
-            if (runs[m].s.allocated[i] > max_bytes) max_bytes = runs[m].s.allocated[i];
-        }
-    double step = tick_step(max_bytes / GB), max_gb = step * (double)(int64_t)(max_bytes / GB / step + 1);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif'>\n",
-            SVG_W, SVG_H);
-    fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
-    fprintf(f, "<text x='%d' y='24' font-size='16'>%s: reserved and allocated memory over the trace</text>\n",
-            PAD_L, trace);
-    svg_axes(f, max_event, max_gb, step);
-    for (int m = 0, row = 0; m < N_MODES; m++) {
-        if (!runs[m].ok) continue;
-        svg_line(f, &runs[m].s, runs[m].s.reserved, max_event, max_gb, modes[m].color, "stroke-width='1.5'");
-        svg_line(f, &runs[m].s, runs[m].s.allocated, max_event, max_gb, modes[m].color,
-                 "stroke-width='1' stroke-dasharray='4 3' opacity='0.7'");
-        svg_legend(f, m, row++, &runs[m]);
+    xsa_svg_line lines[2 * N_MODES];
+    size_t n = 0;
+    for (int m = 0; m < N_MODES; m++) {
+        const run *rn = &runs[m];
+        if (!rn->ok) continue;
+        xsa_svg_line *l = &lines[n++];
+        *l = (xsa_svg_line){rn->s.event, rn->s.reserved, rn->s.n, modes[m].color, 0, ""};
+        snprintf(l->legend, sizeof l->legend, "%s reserved (peak %.2f GB, ratio %.3f)", modes[m].name,
+                 rn->r.peak_reserved / GB, rn->r.ratio);
+        l = &lines[n++];
+        *l = (xsa_svg_line){rn->s.event, rn->s.allocated, rn->s.n, modes[m].color, 1, ""};
+        snprintf(l->legend, sizeof l->legend, "%s allocated (peak %.2f GB)", modes[m].name, rn->r.peak_allocated / GB);
     }
-    fprintf(f, "</svg>\n");
-    return fclose(f);
+    char title[320];
+    snprintf(title, sizeof title, "%s: reserved and allocated memory over the trace", trace);
+    return xsa_svg_plot(path, title, "event", lines, n);
 }
 
 /* ---- main ---- */
@@ -348,18 +244,6 @@ static int parse_args(int argc, char **argv, options *o) {
     return 0;
 }
 
-static int make_out_dir(const options *o, char *dir, size_t len) {
-    const char *ws = getenv("BUILD_WORKSPACE_DIRECTORY");
-    if (o->out) snprintf(dir, len, "%s", o->out);
-    else if (ws) snprintf(dir, len, "%s/benchmarks/out", ws);
-    else snprintf(dir, len, "benchmarks-out");
-    if (mkdir(dir, 0777) && errno != EEXIST) {
-        fprintf(stderr, "fragmentation: cannot create %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 static void free_series(series *s) {
     free(s->event);
     free(s->allocated);
@@ -371,7 +255,7 @@ static void free_series(series *s) {
 static int do_trace(const options *o, const char *dir, const char *file, const char *out_dir, int *header) {
     char path[PATH_LEN], name[256], err[1024];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    snprintf(name, sizeof name, "%.*s", (int)(strlen(file) - strlen(".trace.gz")), file);
+    xsa_trace_files_name(file, name, sizeof name);
     xsa_trace t;
     if (xsa_trace_load(path, &t, err, sizeof err)) {
         fprintf(stderr, "fragmentation: %s\n", err);
@@ -404,14 +288,14 @@ static int do_trace(const options *o, const char *dir, const char *file, const c
 int main(int argc, char **argv) {
     options o = {0};
     if (parse_args(argc, argv, &o)) return 2;
-    char dir[DIR_LEN], out_dir[DIR_LEN];
-    char *names[MAX_TRACES];
-    int n = find_traces(&o, argv[0], dir, sizeof dir, names);
+    char dir[XSA_TRACE_FILES_DIR_LEN], out_dir[XSA_TRACE_FILES_DIR_LEN];
+    char *names[XSA_TRACE_FILES_MAX];
+    int n = xsa_trace_files_find(o.traces, argv[0], dir, sizeof dir, names, XSA_TRACE_FILES_MAX);
     if (n == 0) {
         fprintf(stderr, "fragmentation: no *.trace.gz found (run it with bazel run, or pass --traces DIR)\n");
         return 1;
     }
-    if (make_out_dir(&o, out_dir, sizeof out_dir)) return 1;
+    if (xsa_trace_files_out_dir("fragmentation", o.out, out_dir, sizeof out_dir)) return 1;
     int failed = 0, header = 0;
     for (int i = 0; i < n; i++) {
         failed |= do_trace(&o, dir, names[i], out_dir, &header) != 0;
