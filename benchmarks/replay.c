@@ -1,7 +1,7 @@
 /*
  * replay: replays one trace through xsalloc and prints one JSON line.
  *
- *   bazel run //benchmarks:replay -- [--driver sim|cuda] [--conf STR] [--series FILE] TRACE
+ *   bazel run //benchmarks:replay -- [--driver sim|cuda] [--conf STR] [--series FILE] [--gpu-lag N] TRACE
  *
  * Design: this command line and the JSON line (the last line of stdout,
  * fields listed in benchmarks/README.md) are a fixed interface that other
@@ -9,6 +9,7 @@
  * `bazel run` changes the working directory, so relative paths are resolved
  * against $BUILD_WORKING_DIRECTORY when it is set.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +21,13 @@
 #define LONG_TRACE 100000 /* events from which progress is printed */
 
 typedef struct args {
-    const char *driver, *conf, *series, *trace;
+    const char *driver, *conf, *series, *gpu_lag, *trace;
+    int64_t lag;
 } args;
 
 static int usage(const char *why) {
     fprintf(stderr, "replay: %s\nusage: replay [--driver sim|cuda] [--conf 'XSALLOC_CONF string'] "
-                    "[--series FILE] TRACE\n", why);
+                    "[--series FILE] [--gpu-lag N] TRACE\n", why);
     return 2;
 }
 
@@ -35,6 +37,7 @@ static int parse_args(int argc, char **argv, args *a) {
         if (strcmp(s, "--driver") == 0) dst = &a->driver;
         else if (strcmp(s, "--conf") == 0) dst = &a->conf;
         else if (strcmp(s, "--series") == 0) dst = &a->series;
+        else if (strcmp(s, "--gpu-lag") == 0) dst = &a->gpu_lag;
         else if (s[0] == '-' && s[1]) return usage("unknown option");
         else if (a->trace) return usage("one TRACE only");
         else a->trace = s;
@@ -44,6 +47,13 @@ static int parse_args(int argc, char **argv, args *a) {
     if (!a->trace) return usage("TRACE is missing");
     if (a->driver && strcmp(a->driver, "sim") && strcmp(a->driver, "cuda"))
         return usage("--driver is sim or cuda");
+    if (a->gpu_lag) {
+        char *end;
+        errno = 0;
+        long long lag = strtoll(a->gpu_lag, &end, 10);
+        if (errno || end == a->gpu_lag || *end || lag < 0) return usage("--gpu-lag is a number of trace events, 0 or more");
+        a->lag = lag;
+    }
     return 0;
 }
 
@@ -90,14 +100,16 @@ static void print_json(const char *name, const char *conf, const xsa_replay_resu
     printf(", \"events\": %zu, \"peak_allocated\": %lld, \"peak_reserved\": %lld, \"ratio\": %.4f"
            ", \"ns_per_event\": %.1f, \"create\": %llu, \"map\": %llu, \"unmap\": %llu"
            ", \"release\": %llu, \"mem_alloc\": %llu, \"mem_free\": %llu, \"set_access\": %llu"
-           ", \"pages_recycled\": %lld, \"num_alloc_retries\": %lld, \"num_ooms\": %lld",
+           ", \"pages_recycled\": %lld, \"num_alloc_retries\": %lld, \"num_ooms\": %lld"
+           ", \"gpu_lag\": %lld, \"violations\": %llu",
            r->events, (long long)r->peak_allocated, (long long)r->peak_reserved, r->ratio,
            r->ns_per_event, (unsigned long long)XSA_REPLAY_CALLS(r, mem_create),
            (unsigned long long)XSA_REPLAY_CALLS(r, mem_map), (unsigned long long)XSA_REPLAY_CALLS(r, mem_unmap),
            (unsigned long long)XSA_REPLAY_CALLS(r, mem_release), (unsigned long long)XSA_REPLAY_CALLS(r, mem_alloc),
            (unsigned long long)XSA_REPLAY_CALLS(r, mem_free), (unsigned long long)XSA_REPLAY_CALLS(r, mem_set_access),
            (long long)r->pages_recycled,
-           (long long)r->num_alloc_retries, (long long)r->num_ooms);
+           (long long)r->num_alloc_retries, (long long)r->num_ooms, (long long)r->gpu_lag,
+           (unsigned long long)r->violations);
     /* Every entry point called in the loop: {"name": [calls, microseconds]}. */
     printf(", \"driver_calls_us\": {");
     const char *sep = "";
@@ -125,7 +137,8 @@ static int run(const args *a, const char *trace_path, FILE *series) {
         fprintf(stderr, "replay: %s: %zu events loaded in %.2f s, replaying...\n", trace_path,
                 t.n_events, now_s() - t0);
     xsa_replay_result r;
-    int rc = xsa_replay(&t, a->conf, a->driver, &r, series, err, sizeof err);
+    xsa_replay_options o = {.driver = a->driver, .conf = a->conf, .series = series, .gpu_lag = a->lag};
+    int rc = xsa_replay(&t, &o, &r, err, sizeof err);
     xsa_trace_free(&t);
     if (rc) {
         fprintf(stderr, "replay: %s: %s\n", trace_path, err);

@@ -2,15 +2,30 @@
  * benchmarks/replay_lib: replays a loaded trace through xsalloc's public API
  * and measures what fragmentation and hot-path reports need.
  *
- * Design: one replay owns xsalloc for its duration (use_driver, init, ...,
- * shutdown), so successive replays in one process start from nothing, as
- * PyTorch's one-process-per-configuration figures do. Trace stream k is
- * NULL (the legacy default stream) for k == 0 and the opaque handle
- * 0x1000 + k otherwise, which only the simulated driver accepts: the cuda
- * driver refuses multi-stream traces. The simulated driver runs with eager
- * events (a record_stream'd block is reusable at once after its free), as
- * on a real GPU with no kernels queued: both drivers then replay the same
- * allocator decisions.
+ * Design: a replay is a session (use_driver, init, ..., shutdown) holding
+ * one or more passes over traces; xsa_replay is one session of one pass, so
+ * successive replays in one process start from nothing, as PyTorch's
+ * one-process-per-configuration figures do, and the soak benchmark runs many
+ * passes in one allocator. Trace stream k is NULL (the legacy default
+ * stream) for k == 0 and the opaque handle 0x1000 + k otherwise, which only
+ * the simulated driver accepts: the cuda driver refuses multi-stream traces.
+ *
+ * GPU lag. At lag 0 the simulated driver runs with eager events (a
+ * record_stream'd block is reusable at once after its free), as on a real
+ * GPU with no kernels queued: both drivers then replay the same allocator
+ * decisions. At lag N > 0 (simulated driver only) the GPU runs N trace
+ * events behind the CPU (vmm/sim.h), and the replay plays the program's
+ * kernels: each event is one tick; an allocation is written by a kernel on
+ * its stream; a record_stream line orders the other stream after the
+ * tensor's last use (an event recorded where it was last used, a
+ * cuStreamWaitEvent) and runs a kernel on it there; a free is preceded by
+ * the tensor's last use, a kernel on the stream that used it last (its own
+ * stream unless record_stream moved it: the free does not wait for the
+ * other stream, which is what record_stream is for). At the end of a pass
+ * the program synchronizes its streams, then the replay frees what the
+ * trace left live. Any violation the simulated GPU counted (memory unmapped
+ * or freed under a kernel, a race, a kernel on unmapped memory) fails the
+ * pass with the first one's sentence.
  */
 #ifndef XSA_BENCHMARKS_REPLAY_LIB_H
 #define XSA_BENCHMARKS_REPLAY_LIB_H
@@ -36,22 +51,50 @@ typedef struct xsa_replay_result {
     int64_t pages_recycled;
     int64_t num_alloc_retries;
     int64_t num_ooms;
+    int64_t gpu_lag;          /* the lag it ran at */
+    uint64_t violations;      /* the simulated GPU's, over the pass (0 on the cuda driver) */
 } xsa_replay_result;
 
 /* Calls of one entry point during the loop, e.g. XSA_REPLAY_CALLS(r, mem_create). */
 #define XSA_REPLAY_CALLS(r, entry) ((r)->driver_calls[XSA_DRV_##entry])
 
+/* The GPU lag the benchmarks run at beside lag 0, in trace events (one
+ * tick each). A placeholder, to be calibrated from H100 measurements of how
+ * far the GPU runs behind the CPU on the bundled workloads. */
+#define XSA_REPLAY_DEFAULT_GPU_LAG 1000
+
+typedef struct xsa_replay_options {
+    const char *driver;       /* "cuda", "sim" or NULL for the default */
+    const char *conf;         /* XSALLOC_CONF syntax; NULL reads the environment */
+    /* If not NULL, receives the CSV
+     * "event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak"
+     * with about 2000 samples: current values after `event` events, and
+     * the peaks since the previous sample (sampling is inside the timed
+     * loop, and resets the peak stats). */
+    FILE *series;
+    int64_t gpu_lag;          /* 0, or > 0 on the simulated driver only */
+} xsa_replay_options;
+
 /*
- * Replays `t` on device 0 with driver `driver` ("cuda", "sim" or NULL for
- * the default) and configuration `conf` (XSALLOC_CONF syntax; NULL reads
- * the environment). If `series` is not NULL, writes the CSV
- * "event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak" with
- * about 2000 samples: current values after `event` events, and the peaks
- * since the previous sample (sampling is inside the timed loop). Returns 0, or -1 with a sentence in err (for a
- * failing event: its line number, the call and xsalloc's message).
+ * Replays `t` on device 0 in a fresh xsalloc instance. Returns 0, or -1
+ * with a sentence in err (for a failing event: its line number, the call
+ * and xsalloc's message; for violations: the first one's). r is filled as
+ * far as the replay got (a pass failed by violations is filled entirely).
  * xsalloc must not be initialised on entry; it is shut down on return.
  */
-int xsa_replay(const xsa_trace *t, const char *conf, const char *driver, xsa_replay_result *r,
-               FILE *series, char *err, size_t errlen);
+int xsa_replay(const xsa_trace *t, const xsa_replay_options *o, xsa_replay_result *r, char *err, size_t errlen);
+
+/* A session: xsalloc initialised once for several passes. */
+typedef struct xsa_replay_session xsa_replay_session;
+
+/* Initialises xsalloc for a session (NULL, with a sentence in err, on
+ * failure: a bad driver, configuration or lag). */
+xsa_replay_session *xsa_replay_open(const xsa_replay_options *o, char *err, size_t errlen);
+/* One pass over `t`; returns as xsa_replay does. The peaks reported are
+ * the allocator's since the session began or its last
+ * xsa_reset_peak_stats. The session stays usable after a failed pass. */
+int xsa_replay_pass(xsa_replay_session *s, const xsa_trace *t, xsa_replay_result *r, char *err, size_t errlen);
+/* Shuts xsalloc down and frees the session; 0, or -1 with a sentence. */
+int xsa_replay_close(xsa_replay_session *s, char *err, size_t errlen);
 
 #endif

@@ -322,7 +322,7 @@ static void test_recorder_writes_a_replayable_trace(void **state) {
     assert_int_equal(t.n_events, 8);
     assert_int_equal(t.n_streams, 3);
     xsa_replay_result r;
-    if (xsa_replay(&t, "", "sim", &r, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    if (xsa_replay(&t, &(xsa_replay_options){.driver = "sim", .conf = ""}, &r, err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(r.events, 8);
     xsa_trace_free(&t);
 }

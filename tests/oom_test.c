@@ -43,7 +43,7 @@ static void device(size_t capacity) {
 
 static int replay(size_t capacity, const char *conf, xsa_replay_result *r) {
     device(capacity);
-    int rc = xsa_replay(&trace, conf, "sim", r, NULL, err, sizeof err);
+    int rc = xsa_replay(&trace, &(xsa_replay_options){.driver = "sim", .conf = conf}, r, err, sizeof err);
     xsa_fixture_expect_sim_empty();
     return rc;
 }

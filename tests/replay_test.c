@@ -3,7 +3,8 @@
  * (benchmarks/replay_lib) and the replay command's JSON line.
  *
  * The synthetic multi-stream trace exercises per-stream caching and
- * record_stream; the replay itself checks xsalloc's invariants at the end.
+ * record_stream; the replay itself checks xsalloc's invariants at the end,
+ * and at a GPU lag the simulated GPU's violations.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,8 +18,10 @@
 
 #include "benchmarks/replay_lib.h"
 #include "benchmarks/trace.h"
+#include "vmm/sim.h"
 
 #define SYNTHETIC "benchmarks/traces/synthetic_multistream.trace.gz"
+#define SMALL "benchmarks/traces/unet_varres.trace.gz" /* the smallest real trace */
 
 static xsa_trace synthetic;
 
@@ -40,7 +43,8 @@ static int unload(void **state) {
 
 static void replay_ok(const char *conf, xsa_replay_result *r, FILE *series) {
     char err[1024] = "";
-    if (xsa_replay(&synthetic, conf, "sim", r, series, err, sizeof err)) fail_msg("%s: %s", conf, err);
+    xsa_replay_options o = {.driver = "sim", .conf = conf, .series = series};
+    if (xsa_replay(&synthetic, &o, r, err, sizeof err)) fail_msg("%s: %s", conf, err);
     assert_string_equal(r->driver, "sim");
     assert_int_equal(r->events, synthetic.n_events);
     assert_true(r->peak_allocated > 2000000000); /* the trace's live peak is 2.08 GB */
@@ -121,17 +125,85 @@ static void test_error_names_line(void **state) {
     char err[2048] = "";
     assert_int_equal(xsa_trace_parse("oom", text, strlen(text), &t, err, sizeof err), 0);
     xsa_replay_result r;
-    assert_int_equal(xsa_replay(&t, "", "sim", &r, NULL, err, sizeof err), -1);
+    assert_int_equal(xsa_replay(&t, &(xsa_replay_options){.driver = "sim", .conf = ""}, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "line 3: xsa_malloc(1099511627776 bytes, stream 0) failed"));
     xsa_trace_free(&t);
     replay_ok("", &r, NULL);
 }
 
+/* ---- at a GPU lag ---- */
+
+/* Replays t at `lag` from a fresh simulated driver (clock 0); returns the
+ * clock at the end. */
+static uint64_t replay_at(const xsa_trace *t, const char *conf, int64_t lag, xsa_replay_result *r) {
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
+    char err[1024] = "";
+    xsa_replay_options o = {.driver = "sim", .conf = conf, .gpu_lag = lag};
+    if (xsa_replay(t, &o, r, err, sizeof err)) fail_msg("%s at lag %lld: %s", conf, (long long)lag, err);
+    assert_int_equal(r->gpu_lag, lag);
+    assert_int_equal(r->violations, 0);
+    return xsa_sim_now();
+}
+
+/* The GPU 500 events behind: no violation. Without page recycling the
+ * allocator's decisions do not depend on the GPU (one stream, no events),
+ * so the figures are lag 0's; one tick an event, and the program's final
+ * synchronize waits for the last kernel, at most 500 ticks on. */
+static void test_lag_single_stream(void **state) {
+    (void)state;
+    xsa_trace t;
+    char err[512];
+    if (xsa_trace_load(SMALL, &t, err, sizeof err)) fail_msg("%s", err);
+    const char *conf = "page_recycling:False";
+    xsa_replay_result at0, at500;
+    assert_int_equal(replay_at(&t, conf, 0, &at0), 0); /* eager: no clock */
+    uint64_t now = replay_at(&t, conf, 500, &at500);
+    assert_true(now > t.n_events && now <= t.n_events + 500);
+    assert_int_equal(at500.peak_allocated, at0.peak_allocated);
+    assert_int_equal(at500.peak_reserved, at0.peak_reserved);
+    assert_int_equal(XSA_REPLAY_CALLS(&at500, mem_create), XSA_REPLAY_CALLS(&at0, mem_create));
+    /* The default configuration (page recycling) too. */
+    replay_at(&t, "", 500, &at500);
+    assert_true(at500.peak_reserved >= at500.peak_allocated);
+    /* Nothing left running: the program synchronized at its end. */
+    xsa_sim_usage u;
+    xsa_sim_get_usage(&u);
+    assert_int_equal(u.pending_kernels, 0);
+    xsa_trace_free(&t);
+}
+
+/* Three streams with record_stream: the program orders each use on another
+ * stream after the tensor's last use, and the allocator must not hand a
+ * block to other work while a stream that used it may still run. */
+static void test_lag_multistream(void **state) {
+    (void)state;
+    static const char *const confs[] = {"expandable_segments:False", "page_recycling:False", ""};
+    for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
+        xsa_replay_result r;
+        replay_at(&synthetic, confs[i], XSA_REPLAY_DEFAULT_GPU_LAG, &r);
+        assert_true(r.peak_allocated > 2000000000);
+        assert_true(XSA_REPLAY_CALLS(&r, stream_wait_event) > 0); /* the program's waits */
+    }
+}
+
+static void test_lag_refused(void **state) {
+    (void)state;
+    char err[512] = "";
+    xsa_replay_result r;
+    xsa_replay_options o = {.driver = "sim", .conf = "", .gpu_lag = -1};
+    assert_int_equal(xsa_replay(&synthetic, &o, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "0 or more"));
+    assert_int_equal(system("benchmarks/replay --driver sim --gpu-lag x " SYNTHETIC " 2>/dev/null >/dev/null") != 0, 1);
+    replay_ok("", &r, NULL); /* the next replay starts clean */
+}
+
 /* The fixed command-line interface: one JSON line last on stdout. */
 static void test_replay_command(void **state) {
     (void)state;
-    FILE *p = popen("XSALLOC_CONF= benchmarks/replay --driver sim --conf expandable_segments:True " SYNTHETIC,
-                    "r");
+    FILE *p = popen("XSALLOC_CONF= benchmarks/replay --driver sim --conf expandable_segments:True --gpu-lag 500 "
+                    SYNTHETIC, "r");
     assert_non_null(p);
     char line[4096] = "", last[4096] = "";
     while (fgets(line, sizeof line, p)) strcpy(last, line);
@@ -142,7 +214,8 @@ static void test_replay_command(void **state) {
         "\"peak_allocated\": ", "\"peak_reserved\": ", "\"ratio\": ", "\"ns_per_event\": ",
         "\"create\": ", "\"map\": ", "\"unmap\": ", "\"release\": ", "\"mem_alloc\": 0, ",
         "\"mem_free\": 0, ", "\"set_access\": ", "\"pages_recycled\": ", "\"num_alloc_retries\": ",
-        "\"num_ooms\": 0, ", "\"driver_calls_us\": {", "\"mem_create\": [", "\"event_record\": [",
+        "\"num_ooms\": 0, ", "\"gpu_lag\": 500, \"violations\": 0, ", "\"driver_calls_us\": {",
+        "\"mem_create\": [", "\"event_record\": [",
         "]}}\n"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strstr(last, keys[i])) fail_msg("'%s' not in %s", keys[i], last);
@@ -158,8 +231,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classic),           cmocka_unit_test(test_expandable),
         cmocka_unit_test(test_recycling),         cmocka_unit_test(test_series),
-        cmocka_unit_test(test_error_names_line),  cmocka_unit_test(test_replay_command),
-        cmocka_unit_test(test_replay_command_error),
+        cmocka_unit_test(test_error_names_line),  cmocka_unit_test(test_lag_single_stream),
+        cmocka_unit_test(test_lag_multistream),   cmocka_unit_test(test_lag_refused),
+        cmocka_unit_test(test_replay_command),    cmocka_unit_test(test_replay_command_error),
     };
     return cmocka_run_group_tests(tests, load, unload);
 }

@@ -1,5 +1,8 @@
 /*
- * vmm/driver_sim: the simulated driver (controls in sim.h).
+ * vmm/driver_sim: the simulated driver's table, configuration, fault
+ * injection, physical handles, reservations, mappings and cuMemAlloc
+ * allocations (controls in sim.h; streams, events and kernels are in
+ * sim_timeline.c, usage and the invariant checker in sim_check.c).
  *
  * Design: one global mutex guards all state; every entry point takes it,
  * applies the default configuration on first use, counts the call for fault
@@ -19,32 +22,21 @@
  * Reservations sit in an array sorted by base (there are only a handful);
  * each keeps one small record per granule: the handle mapped there, the id of
  * the cuMemMap call that mapped it (unmap must cover whole mappings) and the
- * devices granted access.
- *
- * Events: each record gets a global sequence number; a stream keeps the last
- * number recorded on it and the last number completed. An event is pending
- * while its number is above its stream's completed number, so completing a
- * stream or an event (and all earlier work on its stream) is O(1).
+ * devices granted access. Unmapping and cuMemFree first tell the timeline,
+ * which reports kernels still using the memory.
  */
-#include "vmm/sim.h"
+#include "vmm/sim_internal.h"
 
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define SIM_ALLOC_ROUND ((size_t)2 << 20) /* cuMemAlloc rounds to 2 MiB */
-#define SIM_MAX_FAULTS 16 /* armed at once; more are ignored */
 
-/* A growable array: v[0..n) of `cap`. */
-#define ARRAY(T) struct { T *v; size_t n, cap; }
-
-static bool grow(void **v, size_t *cap, size_t need, size_t elem) {
+bool xsa_sim_grow(void **v, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return true;
     size_t cap2 = *cap ? *cap * 2 : 16;
     while (cap2 < need) cap2 *= 2;
@@ -54,97 +46,9 @@ static bool grow(void **v, size_t *cap, size_t need, size_t elem) {
     *cap = cap2;
     return true;
 }
-#define ARRAY_RESERVE(a, need) grow((void **)&(a).v, &(a).cap, (need), sizeof *(a).v)
-#define ARRAY_FREE(a) (free((a).v), (a).v = NULL, (a).n = (a).cap = 0)
 
-typedef ARRAY(size_t) offset_stack;
-
-/* Released file ranges of one size, reused last in first out. */
-typedef struct {
-    size_t size;
-    offset_stack offsets;
-} size_class;
-
-typedef struct {
-    int fd;           /* shared memfd of non-exportable handles, -1 until needed */
-    size_t file_size; /* ftruncate'd length */
-    size_t next_off;  /* file offsets below this have been handed out */
-    ARRAY(size_class) free_ranges;
-    size_t used;      /* physical bytes: live handles + mem_alloc */
-} sim_device;
-
-typedef enum { SLOT_FREE, SLOT_LIVE, SLOT_RELEASED } slot_state;
-
-typedef struct {
-    uint32_t gen;
-    slot_state state;  /* SLOT_RELEASED: released, freed when unmapped */
-    int device;
-    int own_fd;        /* exportable or imported: its own memfd; else -1 */
-    bool imported;     /* mem_import_fd: its bytes count where they were created */
-    size_t size;
-    size_t file_off;   /* in own_fd or the device's fd */
-    size_t mapped_pages;
-} sim_handle;
-
-typedef struct {
-    uint64_t map_id;   /* 0: unmapped */
-    uint32_t handle;   /* slot of the mapped handle */
-    uint8_t access;    /* bit d: device d has read/write */
-} sim_page;
-
-typedef struct {
-    uintptr_t base;
-    size_t size;
-    sim_page *pages;   /* [size / granularity] */
-    size_t mapped_pages;
-} sim_reservation;
-
-typedef struct {
-    uintptr_t base;
-    size_t size;       /* rounded, as counted against capacity */
-    int device;
-} sim_alloc;
-
-typedef struct {
-    xsa_stream stream;
-    uint64_t last;     /* sequence number of the last record on it */
-    uint64_t done;     /* records up to this number have completed */
-} sim_stream;
-
-typedef struct {
-    uint32_t gen;
-    bool live;
-    int device;
-    size_t stream;     /* index in streams, valid when seq != 0 */
-    uint64_t seq;      /* 0: never recorded */
-} sim_event;
-
-typedef struct {
-    xsa_driver_entry entry;
-    uint64_t at;       /* fails when the entry's call count reaches this */
-    xsa_cu_result error;
-} sim_fault;
-
-static struct {
-    bool configured;
-    xsa_sim_config cfg;
-    sim_device dev[XSA_SIM_MAX_DEVICES];
-    ARRAY(sim_handle) handles;
-    ARRAY(uint32_t) free_handle_slots;
-    ARRAY(sim_reservation) resv; /* sorted by base */
-    ARRAY(sim_alloc) allocs;     /* sorted by base */
-    ARRAY(sim_stream) streams;
-    ARRAY(sim_event) events;
-    ARRAY(uint32_t) free_event_slots;
-    uint64_t next_map_id, next_seq;
-    size_t live_handles, handle_bytes, mapped_bytes, reserved_bytes;
-    size_t alloc_bytes, live_events;
-    uint64_t entry_calls[XSA_DRV_COUNT];
-    sim_fault faults[SIM_MAX_FAULTS];
-    int n_faults;
-} S;
-
-static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
+sim_state xsa_sim_state;
+pthread_mutex_t xsa_sim_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_ctx[XSA_SIM_MAX_DEVICES];
 static xsa_driver sim_table;
 
@@ -170,7 +74,7 @@ static bool anything_live(void) {
     return S.live_handles || S.resv.n || S.allocs.n || S.live_events;
 }
 
-/* Forgets the device files (nothing lives in them) and the streams. */
+/* Forgets the device files (nothing lives in them). */
 static void reset_devices(void) {
     for (int d = 0; d < XSA_SIM_MAX_DEVICES; d++) {
         sim_device *dv = &S.dev[d];
@@ -181,12 +85,12 @@ static void reset_devices(void) {
         memset(dv, 0, sizeof *dv);
         dv->fd = -1;
     }
-    S.streams.n = 0;
 }
 
 static void apply_config(const xsa_sim_config *c) {
     reset_devices();
     S.cfg = *c;
+    xsa_sim_tl_reset(); /* reads cfg.eager_events */
     S.n_faults = 0;
     memset(S.entry_calls, 0, sizeof S.entry_calls);
     S.configured = true;
@@ -194,18 +98,18 @@ static void apply_config(const xsa_sim_config *c) {
 
 xsa_cu_result xsa_sim_configure(const xsa_sim_config *config) {
     if (!config || !config_valid(config)) return XSA_CU_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&sim_lock);
+    pthread_mutex_lock(&xsa_sim_lock);
     xsa_cu_result r = XSA_CU_ERROR_NOT_PERMITTED;
     if (!anything_live()) {
         apply_config(config);
         xsa_driver_reset_calls(&sim_table);
         r = XSA_CU_SUCCESS;
     }
-    pthread_mutex_unlock(&sim_lock);
+    pthread_mutex_unlock(&xsa_sim_lock);
     return r;
 }
 
-static void ensure_configured(void) {
+void xsa_sim_ensure_configured(void) {
     if (S.configured) return;
     xsa_sim_config c;
     xsa_sim_default_config(&c);
@@ -216,24 +120,24 @@ static void ensure_configured(void) {
 
 void xsa_sim_fail_call(xsa_driver_entry entry, uint64_t nth, xsa_cu_result error) {
     if ((unsigned)entry >= XSA_DRV_COUNT || nth == 0) return;
-    pthread_mutex_lock(&sim_lock);
-    ensure_configured();
+    pthread_mutex_lock(&xsa_sim_lock);
+    xsa_sim_ensure_configured();
     if (S.n_faults < SIM_MAX_FAULTS)
         S.faults[S.n_faults++] = (sim_fault){entry, S.entry_calls[entry] + nth, error};
-    pthread_mutex_unlock(&sim_lock);
+    pthread_mutex_unlock(&xsa_sim_lock);
 }
 
 void xsa_sim_clear_faults(void) {
-    pthread_mutex_lock(&sim_lock);
+    pthread_mutex_lock(&xsa_sim_lock);
     S.n_faults = 0;
-    pthread_mutex_unlock(&sim_lock);
+    pthread_mutex_unlock(&xsa_sim_lock);
 }
 
 /* Takes the lock and counts the call; returns the injected error, if any
  * (the lock is held either way). */
 static xsa_cu_result enter(xsa_driver_entry e) {
-    pthread_mutex_lock(&sim_lock);
-    ensure_configured();
+    pthread_mutex_lock(&xsa_sim_lock);
+    xsa_sim_ensure_configured();
     uint64_t n = ++S.entry_calls[e];
     for (int i = 0; i < S.n_faults; i++) {
         if (S.faults[i].entry != e || S.faults[i].at != n) continue;
@@ -248,7 +152,7 @@ static xsa_cu_result enter(xsa_driver_entry e) {
     do {                                                                       \
         xsa_cu_result r_ = enter(XSA_DRV_##entry);                             \
         if (r_ == XSA_CU_SUCCESS) r_ = (call);                                 \
-        pthread_mutex_unlock(&sim_lock);                                       \
+        pthread_mutex_unlock(&xsa_sim_lock);                                       \
         return r_;                                                             \
     } while (0)
 
@@ -437,6 +341,7 @@ static void free_handle(uint32_t slot) {
         S.handle_bytes -= h->size;
     }
     S.live_handles--;
+    ARRAY_FREE(h->uses); /* empty: unmapping its last mapping dropped them */
     *h = (sim_handle){.gen = h->gen + 1, .state = SLOT_FREE, .own_fd = -1};
     S.free_handle_slots.v[S.free_handle_slots.n++] = slot; /* room reserved at creation */
 }
@@ -486,20 +391,7 @@ static xsa_cu_result import_fd(xsa_mem_handle *handle, int fd, int device) {
 
 /* ---- reservations ------------------------------------------------------ */
 
-/* Index of the last entry with base <= p in an array sorted by base, or n. */
-#define FIND_BELOW(a, p, out)                                                  \
-    do {                                                                       \
-        size_t lo_ = 0, hi_ = (a).n;                                           \
-        while (lo_ < hi_) {                                                    \
-            size_t mid_ = (lo_ + hi_) / 2;                                     \
-            if ((a).v[mid_].base <= (p)) lo_ = mid_ + 1;                       \
-            else hi_ = mid_;                                                   \
-        }                                                                      \
-        (out) = lo_ ? lo_ - 1 : (a).n;                                         \
-    } while (0)
-
-/* The reservation holding all of [p, p+size), or NULL. */
-static sim_reservation *resv_holding(uintptr_t p, size_t size) {
+sim_reservation *xsa_sim_resv_holding(uintptr_t p, size_t size) {
     size_t i;
     FIND_BELOW(S.resv, p, i);
     if (i == S.resv.n) return NULL;
@@ -551,8 +443,10 @@ static xsa_cu_result address_reserve(xsa_devptr *ptr, size_t size, size_t alignm
     return XSA_CU_SUCCESS;
 }
 
+/* Every page must be unmapped first, so kernels still using the range were
+ * reported by the unmap. */
 static xsa_cu_result address_free(xsa_devptr ptr, size_t size) {
-    sim_reservation *r = resv_holding((uintptr_t)ptr, size);
+    sim_reservation *r = xsa_sim_resv_holding((uintptr_t)ptr, size);
     if (!r || r->base != ptr || r->size != size || r->mapped_pages) return XSA_CU_ERROR_INVALID_VALUE;
     munmap((void *)r->base, r->size);
     free(r->pages);
@@ -569,7 +463,7 @@ static xsa_cu_result address_free(xsa_devptr ptr, size_t size) {
 static sim_reservation *range_pages(xsa_devptr ptr, size_t size, size_t *first, size_t *n) {
     size_t g = S.cfg.granularity;
     if (size == 0 || ptr % g || size % g) return NULL;
-    sim_reservation *r = resv_holding((uintptr_t)ptr, size);
+    sim_reservation *r = xsa_sim_resv_holding((uintptr_t)ptr, size);
     if (!r) return NULL;
     *first = ((uintptr_t)ptr - r->base) / g;
     *n = size / g;
@@ -616,6 +510,7 @@ static xsa_cu_result mem_unmap(xsa_devptr ptr, size_t size) {
     sim_reservation *r = range_pages(ptr, size, &first, &n);
     if (!r || !whole_mappings(r, first, n)) return XSA_CU_ERROR_INVALID_VALUE;
     if (!reset_range((uintptr_t)ptr, size)) return XSA_CU_ERROR_UNKNOWN;
+    xsa_sim_tl_unmapping(r, first, n);
     size_t unmapped = 0;
     for (size_t i = 0; i < n; i++) {
         sim_page *pg = &r->pages[first + i];
@@ -673,7 +568,7 @@ static xsa_cu_result mem_alloc(xsa_devptr *ptr, size_t size, int device) {
     FIND_BELOW(S.allocs, (uintptr_t)m, i);
     i = i == S.allocs.n ? 0 : i + 1;
     memmove(&S.allocs.v[i + 1], &S.allocs.v[i], (S.allocs.n - i) * sizeof *S.allocs.v);
-    S.allocs.v[i] = (sim_alloc){.base = (uintptr_t)m, .size = rounded, .device = device};
+    S.allocs.v[i] = (sim_alloc){.base = (uintptr_t)m, .size = rounded, .device = device, .id = ++S.next_map_id};
     S.allocs.n++;
     dv->used += rounded;
     S.alloc_bytes += rounded;
@@ -681,136 +576,27 @@ static xsa_cu_result mem_alloc(xsa_devptr *ptr, size_t size, int device) {
     return XSA_CU_SUCCESS;
 }
 
+sim_alloc *xsa_sim_alloc_holding(uintptr_t p, size_t size) {
+    size_t i;
+    FIND_BELOW(S.allocs, p, i);
+    if (i == S.allocs.n) return NULL;
+    sim_alloc *a = &S.allocs.v[i];
+    return p - a->base < a->size && size <= a->size - (p - a->base) ? a : NULL;
+}
+
 static xsa_cu_result mem_free(xsa_devptr ptr) {
     size_t i;
     FIND_BELOW(S.allocs, (uintptr_t)ptr, i);
     if (i == S.allocs.n || S.allocs.v[i].base != ptr) return XSA_CU_ERROR_INVALID_VALUE;
+    xsa_sim_tl_freeing_alloc(&S.allocs.v[i]);
     sim_alloc a = S.allocs.v[i];
+    ARRAY_FREE(a.uses);
     munmap((void *)a.base, a.size);
     S.dev[a.device].used -= a.size;
     S.alloc_bytes -= a.size;
     memmove(&S.allocs.v[i], &S.allocs.v[i + 1], (S.allocs.n - i - 1) * sizeof *S.allocs.v);
     S.allocs.n--;
     return XSA_CU_SUCCESS;
-}
-
-/* ---- streams and events ------------------------------------------------- */
-
-/* Index of a stream's record, or S.streams.n if it never had work. */
-static size_t stream_index(xsa_stream s) {
-    size_t i = 0;
-    while (i < S.streams.n && S.streams.v[i].stream != s) i++;
-    return i;
-}
-
-static xsa_event event_value(uint32_t slot) {
-    return (xsa_event)(uintptr_t)(((uint64_t)S.events.v[slot].gen << 32) | (slot + 1));
-}
-
-static sim_event *event_lookup(xsa_event e) {
-    uint64_t v = (uint64_t)(uintptr_t)e, slot = (v & 0xffffffffu) - 1;
-    if ((v & 0xffffffffu) == 0 || slot >= S.events.n) return NULL;
-    sim_event *ev = &S.events.v[slot];
-    return ev->live && ev->gen == (uint32_t)(v >> 32) ? ev : NULL;
-}
-
-static bool event_pending(const sim_event *ev) {
-    return ev->seq && ev->seq > S.streams.v[ev->stream].done;
-}
-
-static xsa_cu_result stream_query(xsa_stream stream) {
-    size_t i = stream_index(stream);
-    return i < S.streams.n && S.streams.v[i].last > S.streams.v[i].done ? XSA_CU_ERROR_NOT_READY : XSA_CU_SUCCESS;
-}
-
-static void complete_stream(size_t i) { S.streams.v[i].done = S.streams.v[i].last; }
-
-static xsa_cu_result stream_synchronize(xsa_stream stream) {
-    size_t i = stream_index(stream);
-    if (i < S.streams.n) complete_stream(i);
-    return XSA_CU_SUCCESS;
-}
-
-static xsa_cu_result event_create(xsa_event *event, int device) {
-    if (!event) return XSA_CU_ERROR_INVALID_VALUE;
-    if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
-    uint32_t slot;
-    if (S.free_event_slots.n) {
-        slot = S.free_event_slots.v[--S.free_event_slots.n];
-    } else {
-        if (!ARRAY_RESERVE(S.events, S.events.n + 1) || !ARRAY_RESERVE(S.free_event_slots, S.events.n + 1))
-            return XSA_CU_ERROR_OUT_OF_MEMORY;
-        slot = (uint32_t)S.events.n++;
-        S.events.v[slot].gen = 1;
-    }
-    sim_event *ev = &S.events.v[slot];
-    *ev = (sim_event){.gen = ev->gen, .live = true, .device = device};
-    S.live_events++;
-    *event = event_value(slot);
-    return XSA_CU_SUCCESS;
-}
-
-static xsa_cu_result event_record(xsa_event event, xsa_stream stream) {
-    sim_event *ev = event_lookup(event);
-    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
-    size_t i = stream_index(stream);
-    if (i == S.streams.n) {
-        if (!ARRAY_RESERVE(S.streams, i + 1)) return XSA_CU_ERROR_OUT_OF_MEMORY;
-        S.streams.v[S.streams.n++] = (sim_stream){.stream = stream};
-    }
-    ev->stream = i;
-    ev->seq = S.streams.v[i].last = ++S.next_seq;
-    if (S.cfg.eager_events) complete_stream(i);
-    return XSA_CU_SUCCESS;
-}
-
-static xsa_cu_result event_query(xsa_event event) {
-    sim_event *ev = event_lookup(event);
-    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
-    return event_pending(ev) ? XSA_CU_ERROR_NOT_READY : XSA_CU_SUCCESS;
-}
-
-/* Completes the event and everything recorded before it on its stream. */
-static xsa_cu_result event_synchronize(xsa_event event) {
-    sim_event *ev = event_lookup(event);
-    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
-    if (event_pending(ev)) S.streams.v[ev->stream].done = ev->seq;
-    return XSA_CU_SUCCESS;
-}
-
-static xsa_cu_result event_destroy(xsa_event event) {
-    sim_event *ev = event_lookup(event);
-    if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
-    uint32_t slot = (uint32_t)(ev - S.events.v);
-    *ev = (sim_event){.gen = ev->gen + 1};
-    S.free_event_slots.v[S.free_event_slots.n++] = slot; /* room reserved at creation */
-    S.live_events--;
-    return XSA_CU_SUCCESS;
-}
-
-static xsa_cu_result stream_wait_event(xsa_stream stream, xsa_event event) {
-    (void)stream;
-    return event_lookup(event) ? XSA_CU_SUCCESS : XSA_CU_ERROR_INVALID_HANDLE;
-}
-
-void xsa_sim_complete_stream(xsa_stream stream) {
-    pthread_mutex_lock(&sim_lock);
-    size_t i = stream_index(stream);
-    if (i < S.streams.n) complete_stream(i);
-    pthread_mutex_unlock(&sim_lock);
-}
-
-void xsa_sim_complete_all(void) {
-    pthread_mutex_lock(&sim_lock);
-    for (size_t i = 0; i < S.streams.n; i++) complete_stream(i);
-    pthread_mutex_unlock(&sim_lock);
-}
-
-void xsa_sim_set_eager_events(int eager) {
-    pthread_mutex_lock(&sim_lock);
-    ensure_configured();
-    S.cfg.eager_events = eager != 0;
-    pthread_mutex_unlock(&sim_lock);
 }
 
 /* ---- error strings ------------------------------------------------------ */
@@ -828,6 +614,7 @@ static const char *error_string(xsa_cu_result r) {
     case XSA_CU_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE: invalid resource handle";
     case XSA_CU_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND: named symbol not found";
     case XSA_CU_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY: device not ready";
+    case XSA_CU_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered";
     case XSA_CU_ERROR_NOT_PERMITTED: return "CUDA_ERROR_NOT_PERMITTED: operation not permitted";
     case XSA_CU_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED: operation not supported";
     case XSA_CU_ERROR_UNKNOWN: return "CUDA_ERROR_UNKNOWN: unknown error";
@@ -857,14 +644,14 @@ static xsa_cu_result sim_mem_set_access(xsa_devptr p, size_t s, const int *d, in
 static xsa_cu_result sim_mem_export_fd(int *fd, xsa_mem_handle h) { GUARDED(mem_export_fd, export_fd(fd, h)); }
 static xsa_cu_result sim_mem_alloc(xsa_devptr *p, size_t s, int d) { GUARDED(mem_alloc, mem_alloc(p, s, d)); }
 static xsa_cu_result sim_mem_free(xsa_devptr p) { GUARDED(mem_free, mem_free(p)); }
-static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, stream_query(s)); }
-static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, stream_synchronize(s)); }
-static xsa_cu_result sim_event_create(xsa_event *e, int d) { GUARDED(event_create, event_create(e, d)); }
-static xsa_cu_result sim_event_record(xsa_event e, xsa_stream s) { GUARDED(event_record, event_record(e, s)); }
-static xsa_cu_result sim_event_query(xsa_event e) { GUARDED(event_query, event_query(e)); }
-static xsa_cu_result sim_event_synchronize(xsa_event e) { GUARDED(event_synchronize, event_synchronize(e)); }
-static xsa_cu_result sim_event_destroy(xsa_event e) { GUARDED(event_destroy, event_destroy(e)); }
-static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, stream_wait_event(s, e)); }
+static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, xsa_sim_tl_stream_query(s)); }
+static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, xsa_sim_tl_stream_synchronize(s)); }
+static xsa_cu_result sim_event_create(xsa_event *e, int d) { GUARDED(event_create, xsa_sim_tl_event_create(e, d)); }
+static xsa_cu_result sim_event_record(xsa_event e, xsa_stream s) { GUARDED(event_record, xsa_sim_tl_event_record(e, s)); }
+static xsa_cu_result sim_event_query(xsa_event e) { GUARDED(event_query, xsa_sim_tl_event_query(e)); }
+static xsa_cu_result sim_event_synchronize(xsa_event e) { GUARDED(event_synchronize, xsa_sim_tl_event_synchronize(e)); }
+static xsa_cu_result sim_event_destroy(xsa_event e) { GUARDED(event_destroy, xsa_sim_tl_event_destroy(e)); }
+static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, xsa_sim_tl_stream_wait_event(s, e)); }
 static xsa_cu_result sim_mem_import_fd(xsa_mem_handle *h, int fd, int d) { GUARDED(mem_import_fd, import_fd(h, fd, d)); }
 
 static xsa_driver sim_table = {
@@ -903,137 +690,3 @@ static xsa_driver sim_table = {
 
 xsa_driver *xsa_driver_sim(void) { return &sim_table; }
 
-/* ---- usage and invariants ------------------------------------------------ */
-
-void xsa_sim_get_usage(xsa_sim_usage *u) {
-    memset(u, 0, sizeof *u);
-    pthread_mutex_lock(&sim_lock);
-    ensure_configured();
-    u->handles = S.live_handles;
-    u->handle_bytes = S.handle_bytes;
-    u->mapped_bytes = S.mapped_bytes;
-    u->reservations = S.resv.n;
-    u->reserved_bytes = S.reserved_bytes;
-    u->mem_allocs = S.allocs.n;
-    u->mem_alloc_bytes = S.alloc_bytes;
-    u->events = S.live_events;
-    for (size_t i = 0; i < S.events.n; i++)
-        if (S.events.v[i].live && event_pending(&S.events.v[i])) u->pending_events++;
-    for (int d = 0; d < S.cfg.devices; d++) u->device_used[d] = S.dev[d].used;
-    pthread_mutex_unlock(&sim_lock);
-}
-
-unsigned xsa_sim_page_access(xsa_devptr ptr) {
-    pthread_mutex_lock(&sim_lock);
-    ensure_configured();
-    const sim_reservation *r = resv_holding((uintptr_t)ptr, 1);
-    unsigned bits = r ? r->pages[((uintptr_t)ptr - r->base) / S.cfg.granularity].access : 0;
-    pthread_mutex_unlock(&sim_lock);
-    return bits;
-}
-
-#define FAIL(...) (snprintf(err, errlen, __VA_ARGS__), 0)
-
-/* Pages: mapped ones name a handle still holding memory, access only where
- * mapped and allowed; counts per handle go to refs[], totals are checked. */
-static int check_pages(size_t *refs, char *err, size_t errlen) {
-    size_t g = S.cfg.granularity, total = 0, resv_bytes = 0;
-    for (size_t k = 0; k < S.resv.n; k++) {
-        const sim_reservation *r = &S.resv.v[k];
-        if (k && S.resv.v[k - 1].base + S.resv.v[k - 1].size > r->base) return FAIL("reservations overlap or are unsorted");
-        size_t mapped = 0;
-        for (size_t i = 0; i < r->size / g; i++) {
-            const sim_page *pg = &r->pages[i];
-            if (!pg->map_id) {
-                if (pg->access) return FAIL("unmapped page %zu of reservation %zu has access bits", i, k);
-                continue;
-            }
-            if (pg->handle >= S.handles.n || S.handles.v[pg->handle].state == SLOT_FREE)
-                return FAIL("page %zu of reservation %zu maps a freed handle", i, k);
-            int owner = S.handles.v[pg->handle].device;
-            for (int d = 0; d < XSA_SIM_MAX_DEVICES; d++)
-                if ((pg->access >> d & 1) && (d >= S.cfg.devices || (d != owner && !S.cfg.peer[d][owner])))
-                    return FAIL("page %zu of reservation %zu grants access to device %d", i, k, d);
-            refs[pg->handle]++;
-            mapped++;
-        }
-        if (mapped != r->mapped_pages) return FAIL("reservation %zu counts %zu mapped pages, has %zu", k, r->mapped_pages, mapped);
-        total += mapped;
-        resv_bytes += r->size;
-    }
-    if (total * g != S.mapped_bytes) return FAIL("mapped_bytes %zu, pages say %zu", S.mapped_bytes, total * g);
-    if (resv_bytes != S.reserved_bytes) return FAIL("reserved_bytes %zu, reservations say %zu", S.reserved_bytes, resv_bytes);
-    return 1;
-}
-
-/* Handles: mapping refcounts match refs[], released ones are still mapped;
- * adds their bytes to used[]. */
-static int check_handles(const size_t *refs, size_t *used, char *err, size_t errlen) {
-    size_t live = 0, bytes = 0, free_slots = 0;
-    for (size_t i = 0; i < S.handles.n; i++) {
-        const sim_handle *h = &S.handles.v[i];
-        if (h->state == SLOT_FREE) {
-            free_slots++;
-            if (refs[i]) return FAIL("freed handle slot %zu is mapped", i);
-            continue;
-        }
-        if (h->mapped_pages != refs[i]) return FAIL("handle slot %zu counts %zu mapped pages, has %zu", i, h->mapped_pages, refs[i]);
-        if (h->state == SLOT_RELEASED && !h->mapped_pages) return FAIL("released handle slot %zu is unmapped but not freed", i);
-        if (h->size == 0 || h->size % S.cfg.granularity) return FAIL("handle slot %zu has size %zu", i, h->size);
-        live++;
-        if (!h->imported) {
-            bytes += h->size;
-            used[h->device] += h->size;
-        }
-    }
-    if (live != S.live_handles || bytes != S.handle_bytes) return FAIL("handle counters %zu/%zu, table says %zu/%zu", S.live_handles, S.handle_bytes, live, bytes);
-    if (free_slots != S.free_handle_slots.n) return FAIL("%zu free handle slots, free list holds %zu", free_slots, S.free_handle_slots.n);
-    return 1;
-}
-
-static int check_allocs_and_devices(size_t *used, char *err, size_t errlen) {
-    size_t bytes = 0;
-    for (size_t i = 0; i < S.allocs.n; i++) {
-        const sim_alloc *a = &S.allocs.v[i];
-        if (i && S.allocs.v[i - 1].base >= a->base) return FAIL("allocations are unsorted");
-        used[a->device] += a->size;
-        bytes += a->size;
-    }
-    if (bytes != S.alloc_bytes) return FAIL("mem_alloc bytes %zu, allocations say %zu", S.alloc_bytes, bytes);
-    for (int d = 0; d < XSA_SIM_MAX_DEVICES; d++) {
-        if (used[d] != S.dev[d].used) return FAIL("device %d uses %zu bytes, handles and allocations say %zu", d, S.dev[d].used, used[d]);
-        if (used[d] > S.cfg.capacity) return FAIL("device %d over capacity", d);
-    }
-    return 1;
-}
-
-static int check_events(char *err, size_t errlen) {
-    size_t live = 0;
-    for (size_t i = 0; i < S.events.n; i++) {
-        const sim_event *ev = &S.events.v[i];
-        if (!ev->live) continue;
-        live++;
-        if (ev->seq && (ev->stream >= S.streams.n || ev->seq > S.streams.v[ev->stream].last))
-            return FAIL("event slot %zu recorded on an unknown stream", i);
-    }
-    if (live != S.live_events) return FAIL("%zu live events counted, table has %zu", S.live_events, live);
-    if (S.events.n - live != S.free_event_slots.n) return FAIL("event free list out of step");
-    return 1;
-}
-
-int xsa_sim_check(char *err, size_t errlen) {
-    char dummy[1];
-    if (!err) err = dummy, errlen = sizeof dummy;
-    size_t used[XSA_SIM_MAX_DEVICES] = {0};
-    pthread_mutex_lock(&sim_lock);
-    ensure_configured();
-    size_t *refs = calloc(S.handles.n + 1, sizeof *refs);
-    int ok = refs ? 1 : FAIL("out of memory");
-    ok = ok && check_pages(refs, err, errlen);
-    ok = ok && check_handles(refs, used, err, errlen);
-    ok = ok && check_allocs_and_devices(used, err, errlen);
-    ok = ok && check_events(err, errlen);
-    pthread_mutex_unlock(&sim_lock);
-    free(refs);
-    return ok;
-}

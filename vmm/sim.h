@@ -8,8 +8,51 @@
  * MAP_FIXED|MAP_SHARED but still PROT_NONE; cuMemSetAccess makes it
  * read/write; cuMemUnmap turns it back to PROT_NONE anonymous memory. So a
  * use-after-unmap faults exactly like on the GPU. The real driver's error
- * cases are reproduced (see driver_sim.c). Events complete when the test says
- * so (xsa_sim_complete_*), or at once in eager mode.
+ * cases are reproduced (see driver_sim.c).
+ *
+ * The GPU's timeline (sim_timeline.c). Work queued on a stream (a kernel
+ * from xsa_sim_launch, an event record, a cuStreamWaitEvent) completes in
+ * one of two modes:
+ *   - manual (gpu lag < 0, the default): only when the test says so
+ *     (xsa_sim_complete_*, or a stream/event synchronize);
+ *   - timeline (gpu lag >= 0): the CPU has a clock, `now`, in ticks, that
+ *     the test advances with xsa_sim_tick. A kernel queued at `now` on a
+ *     stream completes at max(now + lag, completion of the stream's earlier
+ *     work, completion of the events the stream waits on); an event record
+ *     at max(now, completion of the stream's earlier work): it adds no lag.
+ *     Queries report completion as of `now`; cuStreamSynchronize and
+ *     cuEventSynchronize move `now` to the completion of what they wait for
+ *     (the CPU stalls until the GPU gets there). Lag 0 is the eager mode:
+ *     everything completes as it is queued.
+ * xsa_sim_complete_* force completion in both modes (the clock stays).
+ *
+ * Kernels and violations. A kernel reads and writes a device range; its
+ * use is recorded on the physical memory behind it (the handle, or the
+ * cuMemAlloc allocation: one handle may be mapped at two addresses), with
+ * the mapping it went through, its stream and its sequence number, until
+ * it completes. Three things a real GPU punishes are counted, never
+ * crashed on (one count per offending call; the first one's sentence is
+ * kept):
+ *   1. unmapped_in_use: cuMemUnmap of a mapping, or cuMemFree of an
+ *      allocation, through which a kernel not yet completed uses memory:
+ *      the illegal address an H100 gives (cuMemAddressFree needs every page
+ *      unmapped first, so it is covered by the unmap). Unmapping another
+ *      mapping of the same handle is fine. (cuMemFree only *may*
+ *      synchronize, the driver's documentation says, so relying on it
+ *      counts too.)
+ *   2. races: a kernel on stream B overlapping (same physical memory,
+ *      overlapping bytes) a pending kernel k on stream A != B, where B is
+ *      not ordered after k: B is ordered after k once B waited
+ *      (cuStreamWaitEvent) on an event recorded on A after k, directly or
+ *      through other streams' events (vector clocks: a stream keeps, for
+ *      every other stream, the last work it is ordered after; an event
+ *      takes its stream's clock when recorded; a wait merges it). Work on
+ *      one stream is ordered (FIFO), and completed work races with nothing,
+ *      so completion the host has seen (a query that succeeded, a
+ *      synchronize) orders too.
+ *   3. bad_launches: a kernel on memory that is not mapped with access
+ *      granted (or outside every cuMemAlloc allocation): the launch returns
+ *      CUDA_ERROR_ILLEGAL_ADDRESS and queues nothing.
  */
 #ifndef XSA_VMM_SIM_H
 #define XSA_VMM_SIM_H
@@ -28,7 +71,7 @@ typedef struct xsa_sim_config {
     int devices;                 /* 1..XSA_SIM_MAX_DEVICES, default 1 */
     size_t capacity;             /* physical bytes per device, default 80 GiB */
     size_t granularity;          /* default 2 MiB */
-    int eager_events;            /* 1: an event completes when recorded (default 0) */
+    int eager_events;            /* 1: gpu lag 0 (work completes when queued); 0: manual (default) */
     int vmm_supported;           /* device attribute 102, default 1 */
     int fd_handles_supported;    /* device attribute 103, default 1 */
     /* peer[a][b]: device a can access memory of device b (default all 1). */
@@ -40,7 +83,8 @@ XSA_API void xsa_sim_default_config(xsa_sim_config *config);
 /*
  * Applies a configuration. Only legal while the simulated driver holds no
  * handle, mapping, reservation, allocation or event (returns
- * XSA_CU_ERROR_NOT_PERMITTED otherwise). Resets call counters and faults.
+ * XSA_CU_ERROR_NOT_PERMITTED otherwise). Resets call counters, faults, the
+ * streams, the clock (to 0), the gpu lag and the violations.
  */
 XSA_API xsa_cu_result xsa_sim_configure(const xsa_sim_config *config);
 
@@ -49,11 +93,45 @@ XSA_API xsa_cu_result xsa_sim_configure(const xsa_sim_config *config);
 XSA_API void xsa_sim_fail_call(xsa_driver_entry entry, uint64_t nth, xsa_cu_result error);
 XSA_API void xsa_sim_clear_faults(void);
 
-/* Events: everything recorded so far on `stream` (or on every stream) has
- * completed. */
+/* Everything queued so far on `stream` (or on every stream) has completed,
+ * in either mode. */
 XSA_API void xsa_sim_complete_stream(xsa_stream stream);
 XSA_API void xsa_sim_complete_all(void);
+/* 1: xsa_sim_set_gpu_lag(0); 0: xsa_sim_set_gpu_lag(-1) (manual). */
 XSA_API void xsa_sim_set_eager_events(int eager);
+
+/*
+ * The GPU's lag behind the CPU, in ticks: >= 0 turns the timeline on, < 0
+ * is manual mode (see above; xsa_sim_configure sets 0 or -1 from
+ * eager_events). Work queued in manual mode has no completion time: when a
+ * lag >= 0 is set it completes once the work ahead of it on its stream has
+ * (at once if there is none). A changed lag applies to work queued after.
+ */
+XSA_API void xsa_sim_set_gpu_lag(int64_t lag);
+/* Advances the CPU's clock by n ticks (work due by then completes). */
+XSA_API void xsa_sim_tick(uint64_t n);
+/* The CPU's clock. */
+XSA_API uint64_t xsa_sim_now(void);
+
+/*
+ * Queues a simulated kernel on `stream` that reads and writes
+ * [ptr, ptr+size). CUDA_ERROR_ILLEGAL_ADDRESS (a bad launch, counted) if
+ * any of it is not mapped with access granted to some device, or lies
+ * outside every cuMemAlloc allocation; CUDA_ERROR_INVALID_VALUE for size
+ * 0; CUDA_ERROR_OUT_OF_MEMORY without host memory for the bookkeeping. A
+ * test control, not a driver entry point: not counted, never faulted. A
+ * race with another stream's kernel is counted, and the kernel queued.
+ */
+XSA_API xsa_cu_result xsa_sim_launch(xsa_stream stream, xsa_devptr ptr, size_t size);
+
+typedef struct xsa_sim_violations {
+    uint64_t unmapped_in_use, races, bad_launches;
+    char first[512];             /* the first violation's sentence; "" if none */
+} xsa_sim_violations;
+
+/* Violations since the last configuration or clear. */
+XSA_API void xsa_sim_get_violations(xsa_sim_violations *v);
+XSA_API void xsa_sim_clear_violations(void);
 
 typedef struct xsa_sim_usage {
     size_t handles;             /* created or imported and not yet freed (released-but-mapped count) */
@@ -65,6 +143,7 @@ typedef struct xsa_sim_usage {
     size_t mem_alloc_bytes;
     size_t events;              /* created and not destroyed */
     size_t pending_events;      /* recorded and not completed */
+    size_t pending_kernels;     /* launched and not completed */
     size_t device_used[XSA_SIM_MAX_DEVICES]; /* physical bytes per device */
 } xsa_sim_usage;
 
@@ -74,7 +153,10 @@ XSA_API void xsa_sim_get_usage(xsa_sim_usage *usage);
  * 0 where nothing is mapped or ptr is in no reservation. */
 XSA_API unsigned xsa_sim_page_access(xsa_devptr ptr);
 
-/* Invariant checker: handle table, mappings and counters agree. Returns 1 if
+/* Invariant checker: handle table, mappings and counters agree; stream
+ * queues are ordered by sequence and time and due work has completed;
+ * vector clocks name only queued work; kernels' uses name live mappings of
+ * live (or released but mapped) handles and allocations. Returns 1 if
  * consistent, else 0 with a sentence in err. */
 XSA_API int xsa_sim_check(char *err, size_t errlen);
 

@@ -1,0 +1,196 @@
+/*
+ * vmm/sim_internal: the state the simulated driver's files share (not an
+ * API: only driver_sim.c, sim_timeline.c and sim_check.c include it).
+ *
+ * Design: one global state `S` guarded by xsa_sim_lock. driver_sim.c owns
+ * configuration, fault injection, handles, reservations, mappings and
+ * classic allocations; sim_timeline.c owns the streams, events, clock,
+ * kernels and their uses of physical memory; sim_check.c reads both for
+ * the usage counters and the invariant checker. A kernel's uses hang off
+ * the physical memory they touch (a handle, or a cuMemAlloc allocation),
+ * so that unmapping or freeing memory finds them without a search.
+ */
+#ifndef XSA_VMM_SIM_INTERNAL_H
+#define XSA_VMM_SIM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "vmm/sim.h"
+
+#define SIM_MAX_FAULTS 16 /* armed at once; more are ignored */
+#define SIM_NEVER UINT64_MAX /* completion time of work queued in manual mode */
+
+/* A growable array: v[0..n) of `cap`. */
+#define ARRAY(T) struct { T *v; size_t n, cap; }
+bool xsa_sim_grow(void **v, size_t *cap, size_t need, size_t elem);
+#define ARRAY_RESERVE(a, need) xsa_sim_grow((void **)&(a).v, &(a).cap, (need), sizeof *(a).v)
+#define ARRAY_FREE(a) (free((a).v), (a).v = NULL, (a).n = (a).cap = 0)
+
+/* Index of the last entry with base <= p in an array sorted by base, or n. */
+#define FIND_BELOW(a, p, out)                                                  \
+    do {                                                                       \
+        size_t lo_ = 0, hi_ = (a).n;                                           \
+        while (lo_ < hi_) {                                                    \
+            size_t mid_ = (lo_ + hi_) / 2;                                     \
+            if ((a).v[mid_].base <= (p)) lo_ = mid_ + 1;                       \
+            else hi_ = mid_;                                                   \
+        }                                                                      \
+        (out) = lo_ ? lo_ - 1 : (a).n;                                         \
+    } while (0)
+
+typedef ARRAY(size_t) offset_stack;
+
+/* Released file ranges of one size, reused last in first out. */
+typedef struct {
+    size_t size;
+    offset_stack offsets;
+} size_class;
+
+typedef struct {
+    int fd;           /* shared memfd of non-exportable handles, -1 until needed */
+    size_t file_size; /* ftruncate'd length */
+    size_t next_off;  /* file offsets below this have been handed out */
+    ARRAY(size_class) free_ranges;
+    size_t used;      /* physical bytes: live handles + mem_alloc */
+} sim_device;
+
+/* A kernel's use of bytes [off, off+len) of one piece of physical memory
+ * (the handle or allocation whose list holds it). */
+typedef struct {
+    uint64_t map_id;   /* the mapping (or cuMemAlloc allocation) it went through */
+    size_t off, len;
+    uint32_t stream;   /* index in S.streams */
+    uint64_t seq;      /* the kernel's sequence number */
+    uint64_t queued;   /* S.now when it was launched */
+} sim_use;
+
+typedef ARRAY(sim_use) sim_uses;
+
+typedef enum { SLOT_FREE, SLOT_LIVE, SLOT_RELEASED } slot_state;
+
+typedef struct {
+    uint32_t gen;
+    slot_state state;  /* SLOT_RELEASED: released, freed when unmapped */
+    int device;
+    int own_fd;        /* exportable or imported: its own memfd; else -1 */
+    bool imported;     /* mem_import_fd: its bytes count where they were created */
+    size_t size;
+    size_t file_off;   /* in own_fd or the device's fd */
+    size_t mapped_pages;
+    sim_uses uses;
+} sim_handle;
+
+typedef struct {
+    uint64_t map_id;   /* 0: unmapped */
+    uint32_t handle;   /* slot of the mapped handle */
+    uint8_t access;    /* bit d: device d has read/write */
+} sim_page;
+
+typedef struct {
+    uintptr_t base;
+    size_t size;
+    sim_page *pages;   /* [size / granularity] */
+    size_t mapped_pages;
+} sim_reservation;
+
+typedef struct {
+    uintptr_t base;
+    size_t size;       /* rounded, as counted against capacity */
+    int device;
+    uint64_t id;       /* from the map ids' counter: what its uses went through */
+    sim_uses uses;
+} sim_alloc;
+
+typedef enum { OP_KERNEL, OP_RECORD, OP_WAIT } sim_op_kind;
+
+/* Queued work, completing at `time` (SIM_NEVER: when completed by hand). */
+typedef struct {
+    uint64_t seq, time;
+    sim_op_kind kind;
+} sim_op;
+
+typedef ARRAY(uint64_t) sim_clock; /* [stream index]: a sequence number */
+
+typedef struct {
+    xsa_stream stream;
+    uint64_t last;     /* sequence number of the last work queued on it */
+    uint64_t done;     /* work up to this number has completed */
+    ARRAY(sim_op) ops; /* pending work: ops.v[head..n), by seq and by time */
+    size_t head;
+    sim_clock clock;   /* [j]: the last work of stream j this one is ordered after */
+} sim_stream;
+
+typedef struct {
+    uint32_t gen;
+    bool live;
+    int device;
+    size_t stream;     /* index in streams, valid when seq != 0 */
+    uint64_t seq;      /* 0: never recorded */
+    sim_clock clock;   /* its stream's clock at the record, [stream] = seq */
+} sim_event;
+
+typedef struct {
+    xsa_driver_entry entry;
+    uint64_t at;       /* fails when the entry's call count reaches this */
+    xsa_cu_result error;
+} sim_fault;
+
+typedef struct {
+    bool configured;
+    xsa_sim_config cfg;
+    sim_device dev[XSA_SIM_MAX_DEVICES];
+    ARRAY(sim_handle) handles;
+    ARRAY(uint32_t) free_handle_slots;
+    ARRAY(sim_reservation) resv; /* sorted by base */
+    ARRAY(sim_alloc) allocs;     /* sorted by base */
+    ARRAY(sim_stream) streams;
+    ARRAY(sim_event) events;
+    ARRAY(uint32_t) free_event_slots;
+    uint64_t next_map_id, next_seq;
+    size_t live_handles, handle_bytes, mapped_bytes, reserved_bytes;
+    size_t alloc_bytes, live_events;
+    uint64_t entry_calls[XSA_DRV_COUNT];
+    sim_fault faults[SIM_MAX_FAULTS];
+    int n_faults;
+    /* The timeline (sim_timeline.c). */
+    uint64_t now;                /* the CPU's clock, in ticks */
+    int64_t lag;                 /* < 0: manual mode */
+    xsa_sim_violations violations;
+} sim_state;
+
+extern sim_state xsa_sim_state;
+extern pthread_mutex_t xsa_sim_lock;
+#define S xsa_sim_state /* short, in the simulator's own files */
+
+/* driver_sim.c */
+void xsa_sim_ensure_configured(void);
+/* The reservation holding all of [p, p+size), or NULL. */
+sim_reservation *xsa_sim_resv_holding(uintptr_t p, size_t size);
+/* The cuMemAlloc allocation holding all of [p, p+size), or NULL. */
+sim_alloc *xsa_sim_alloc_holding(uintptr_t p, size_t size);
+
+/* sim_timeline.c: the stream and event entry points ... */
+xsa_cu_result xsa_sim_tl_stream_query(xsa_stream stream);
+xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream);
+xsa_cu_result xsa_sim_tl_event_create(xsa_event *event, int device);
+xsa_cu_result xsa_sim_tl_event_record(xsa_event event, xsa_stream stream);
+xsa_cu_result xsa_sim_tl_event_query(xsa_event event);
+xsa_cu_result xsa_sim_tl_event_synchronize(xsa_event event);
+xsa_cu_result xsa_sim_tl_event_destroy(xsa_event event);
+xsa_cu_result xsa_sim_tl_stream_wait_event(xsa_stream stream, xsa_event event);
+/* ... what memory calls tell it: pages [first, first+n) of r are about to
+ * be unmapped (violations for kernels still using them; their uses go), a
+ * cuMemAlloc allocation is about to be freed, a configuration applied ... */
+void xsa_sim_tl_unmapping(sim_reservation *r, size_t first, size_t n);
+void xsa_sim_tl_freeing_alloc(sim_alloc *a);
+void xsa_sim_tl_reset(void);
+/* ... and what the checker and the usage counters read. */
+bool xsa_sim_tl_event_pending(const sim_event *ev);
+bool xsa_sim_tl_use_pending(const sim_use *u);
+/* The op of stream st with sequence number seq, or NULL. */
+const sim_op *xsa_sim_tl_find_op(const sim_stream *st, uint64_t seq);
+
+#endif
