@@ -59,9 +59,12 @@ typedef struct xsa_replay_result {
 #define XSA_REPLAY_CALLS(r, entry) ((r)->driver_calls[XSA_DRV_##entry])
 
 /* The GPU lag the benchmarks run at beside lag 0, in trace events (one
- * tick each). A placeholder, to be calibrated from H100 measurements of how
- * far the GPU runs behind the CPU on the bundled workloads. */
-#define XSA_REPLAY_DEFAULT_GPU_LAG 1000
+ * tick each). Calibrated on an H100 (2026-11-23, XSALLOC_LAG_PROBE in the
+ * real workloads of benchmarks/gpu/real_bench.sh: allocator calls between
+ * recording an event and seeing it complete): GPT-2 training p50 10, p90
+ * 264, p99 618, max 852; ResNet-50 p99 26, max 85; Llama generation p99
+ * 49, max 415. 500 is about GPT-2's p99, the longest lag of the three. */
+#define XSA_REPLAY_DEFAULT_GPU_LAG 500
 
 typedef struct xsa_replay_options {
     const char *driver;       /* "cuda", "sim" or NULL for the default */

@@ -283,6 +283,52 @@ static void test_refused_unmap_of_old_address_is_retried(void **state) {
     teardown(p);
 }
 
+static void launch(void *stream, void *ptr, size_t size) {
+    assert_int_equal(xsa_sim_launch(stream, (xsa_devptr)(uintptr_t)ptr, size), XSA_CU_SUCCESS);
+}
+
+static void expect_no_violation(void) {
+    xsa_sim_violations v;
+    xsa_sim_get_violations(&v);
+    if (v.unmapped_in_use || v.races || v.bad_launches) fail_msg("timeline violation: %s", v.first);
+}
+
+/* On the simulated GPU timeline, with kernels still queued on the pages
+ * that move: no unmap under a queued kernel, no race between the old
+ * block's kernels and the new block's on another stream. (Unmapping the old
+ * address at once, as recycling did before it waited for fences, is caught
+ * here as an illegal address; moving to another stream without the GPU
+ * wait, as a race.) */
+static void test_moves_under_queued_kernels_are_safe(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    xsa_sim_set_gpu_lag(100);
+    void *a = alloc(p, 6 * MiB, S0), *b = alloc(p, 4 * MiB, S0), *c = alloc(p, 2 * MiB, S0);
+    launch(S0, b, 4 * MiB); /* b's last kernel, still queued at its free */
+    release(p, b);
+    void *d = alloc(p, 1000, S0); /* b's upper page, same stream */
+    launch(S0, d, 1000);
+    void *x = alloc(p, 1 * MiB, S1); /* b's lower page, to another stream */
+    launch(S1, x, 1 * MiB);
+    assert_int_equal(stats(p).num_pages_recycled, 2);
+    assert_int_not_equal(usage().pending_kernels, 0);
+    expect_no_violation();
+    xsa_sim_tick(1000); /* the GPU catches up */
+    void *y = alloc(p, 4 * MiB, S1); /* a growth: the old addresses are unmapped now */
+    launch(S1, y, 4 * MiB);
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)b), 0);
+    expect_no_violation();
+    release(p, x);
+    release(p, y);
+    release(p, d);
+    release(p, a);
+    release(p, c);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    expect_no_violation();
+    xsa_sim_set_gpu_lag(-1);
+    teardown(p);
+}
+
 /* Destroying the pool with old addresses still draining releases each
  * handle once (teardown checks the simulated driver holds nothing). */
 static void test_destroy_while_draining(void **state) {
@@ -306,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_empty_cache_waits_for_old_addresses),
         cmocka_unit_test(test_refused_unmap_of_old_address_is_retried),
         cmocka_unit_test(test_destroy_while_draining),
+        cmocka_unit_test(test_moves_under_queued_kernels_are_safe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
