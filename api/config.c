@@ -45,6 +45,7 @@
  * page_recycling_headroom        | number, 0 <= x <= 1             | 0.01     | pool.page_recycling_headroom (xsalloc's own key)
  * peer_access                    | True / False                    | False    | pool.peer_access (xsalloc's own key) (7)
  * ipc_handles                    | True / False                    | False    | pool.ipc_handles (xsalloc's own key) (7)
+ * expandable_handle_mb           | even integer, 2 <= x <= 1024    | 2        | pool.handle_size (bytes; xsalloc's own key)
  * max_split_size_mb              | integer >= 20 (MiB)             | no limit | pool.max_split_size (bytes)
  * max_non_split_rounding_mb      | integer >= 20 (MiB)             | 20       | pool.max_non_split_rounding (bytes)
  * roundup_power2_divisions       | N, or [MB:N,...,>:N] (below)    | all 0    | pool.roundup_power2_divisions[16]
@@ -334,6 +335,7 @@ typedef enum key_id {
     K_EXPANDABLE_SEGMENTS_RESERVE,
     K_EXPANDABLE_SEGMENTS_RESERVE_BY_CLASS,
     K_EXPANDABLE_SEGMENTS_HANDLE_TYPE,
+    K_EXPANDABLE_HANDLE_MB,
     K_COUNT
 } key_id;
 
@@ -346,6 +348,7 @@ static const struct {
     {"page_recycling_headroom", K_PAGE_RECYCLING_HEADROOM},
     {"peer_access", K_PEER_ACCESS},
     {"ipc_handles", K_IPC_HANDLES},
+    {"expandable_handle_mb", K_EXPANDABLE_HANDLE_MB},
     {"max_split_size_mb", K_MAX_SPLIT_SIZE_MB},
     {"max_non_split_rounding_mb", K_MAX_NON_SPLIT_ROUNDING_MB},
     {"roundup_power2_divisions", K_ROUNDUP_POWER2_DIVISIONS},
@@ -508,6 +511,14 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
 
     case K_ROUNDUP_POWER2_DIVISIONS: return parse_roundup(ps, key, val, is_list, inner, o->roundup_power2_divisions);
 
+    case K_EXPANDABLE_HANDLE_MB: {
+        const char *acc = "an even number of MiB from 2 to 1024 (2: one page a handle), e.g. 20";
+        if (!get_u64(ps, key, val, acc, &u)) return 0;
+        if (u < 2 || u > 1024 || u % 2) return bad_value(ps, key, val, "is out of range or odd", acc);
+        o->handle_size = mib_to_bytes(u);
+        return 1;
+    }
+
     case K_GARBAGE_COLLECTION_THRESHOLD: {
         const char *acc = "a number greater than 0 and less than 1, e.g. 0.8";
         if (!get_double(ps, key, val, acc, &x)) return 0;
@@ -585,7 +596,7 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
 
 #define ACCEPT_KEYS                                                                                        \
     "expandable_segments, page_recycling, page_recycling_headroom, peer_access, ipc_handles, "             \
-    "max_split_size_mb, "                                                                                  \
+    "expandable_handle_mb, max_split_size_mb, "                                                            \
     "max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, "                  \
     "per_process_memory_fraction, backend, or a "                                                          \
     "PyTorch compatibility key listed in api/CONFIG.md"

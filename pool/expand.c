@@ -27,6 +27,9 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_strea
     xsa_cu_result r = xsa_segment_init(&s->vm, p->drv, p->device, p->device_total);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAddressReserve", r, err, errlen);
     s->vm.exportable = p->ipc;
+    /* IPC exports a block's pages one handle each: chunks of one page. */
+    size_t handle_pages = p->opt.handle_size / p->page_size;
+    s->vm.new_chunk_pages = p->ipc || handle_pages < 1 ? 1 : handle_pages;
     /* Cannot fail: nothing is mapped yet, and the pool keeps fewer peers
      * than a segment's access list holds. */
     for (int i = 0; i < p->n_peers; i++) xsa_segment_add_access(&s->vm, p->peers[i]);
@@ -86,24 +89,24 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     size_t bytes = (need + p->page_size - 1) / p->page_size * p->page_size;
     if (bytes > u->size) bytes = u->size; /* the free block after u makes up the rest */
     size_t pages = bytes / p->page_size;
-    /* Recycled pages are mapped elsewhere in this pool: no new memory.
-     * handles[i] is a moved page's handle, or XSA_NO_HANDLE for a new one. */
-    size_t moved = 0, wanted = xsa_recycle_pages_wanted(p, size, pages);
-    xsa_mem_handle *handles = wanted ? calloc(pages, sizeof *handles) : NULL;
+    /* Recycled chunks are mapped elsewhere in this pool: no new memory. The
+     * rest are new chunks. */
+    size_t moved = 0, n_moved = 0, wanted = xsa_recycle_pages_wanted(p, size, pages);
+    xsa_chunk *chunks = wanted ? malloc(wanted * sizeof *chunks) : NULL;
     const xsa_drain *mark = p->drains;
-    if (handles) moved = xsa_recycle_take(p, s, before, u->next, wanted, handles);
+    if (chunks) moved = xsa_recycle_take(p, s, before, u->next, wanted, chunks, &n_moved);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
         xsa_recycle_undo(p, mark);
-        free(handles);
+        free(chunks);
         return XSA_POOL_OOM;
     }
     /* Take the block record before mapping, so nothing can fail after. */
     xsa_block *m = bytes < u->size ? xsa_pool_carve_front(p, u, bytes) : u;
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
-    if (m) r = xsa_segment_map(&s->vm, (m->ptr - s->base) / p->page_size, pages, handles);
+    if (m) r = xsa_segment_map_chunks(&s->vm, (m->ptr - s->base) / p->page_size, pages, chunks, n_moved);
+    free(chunks);
     if (r != XSA_CU_SUCCESS) {
         xsa_recycle_undo(p, mark);
-        free(handles);
         if (!m) {
             snprintf(err, errlen, "device %d: out of host memory", p->device);
             return XSA_POOL_HOST_OOM;
@@ -113,7 +116,6 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
         xsa_pool_driver_error(p, "mapping pages (cuMemCreate/cuMemMap/cuMemSetAccess)", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
-    free(handles);
     m->mapped = true;
     xsa_expand_account(p, s, moved, pages - moved, +1);
     p->stats.num_pages_recycled += (int64_t)moved;
@@ -186,12 +188,26 @@ xsa_pool_status xsa_expand_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uint
     return XSA_POOL_OK;
 }
 
+bool xsa_expand_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end) {
+    const xsa_segment *vm = &b->seg->vm;
+    size_t page = p->page_size, start;
+    size_t lo = (b->ptr - b->seg->base + page - 1) / page, hi = (b->ptr + b->size - b->seg->base) / page;
+    if (hi <= lo) return false;
+    size_t len = xsa_segment_chunk(vm, lo, &start);
+    if (start < lo) lo = start + len; /* the first chunk starts before b */
+    if (hi <= lo) return false;
+    len = xsa_segment_chunk(vm, hi - 1, &start);
+    if (start + len > hi) hi = start; /* the last one ends after it */
+    if (hi <= lo) return false;
+    *first = lo;
+    *end = hi;
+    return true;
+}
+
 xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
     xsa_seg *s = b->seg;
-    size_t page = p->page_size;
-    size_t first = (b->ptr - s->base + page - 1) / page;
-    size_t end = (b->ptr + b->size - s->base) / page;
-    if (end <= first) return XSA_POOL_OK; /* no whole page inside */
+    size_t page = p->page_size, first, end;
+    if (!xsa_expand_whole_chunks(p, b, &first, &end)) return XSA_POOL_OK;
     /* cuMemUnmap is not stream ordered: kernels still queued on the stream
      * may use these pages. Releasing memory may block (PyTorch does too). */
     xsa_cu_result r = XSA_DRV(p->drv, stream_synchronize, s->stream);

@@ -161,12 +161,13 @@ int64_t xsa_pool_allocated_high(const xsa_pool *p);
 /* recycle.c: how many of the `pages` new pages a growth for a request of
  * `size` bytes should take from recycling (the page_recycling_headroom rule). */
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages);
-/* Moves up to `pages` whole free pages of the pool's expandable segments
- * (never from `keep1`/`keep2`, the free blocks around the growth point) to
- * segment `target`: their handles go to handles[] for target to map, their
- * old addresses drain. Returns how many. */
+/* Moves up to `pages` pages of whole free chunks of the pool's expandable
+ * segments (never from `keep1`/`keep2`, the free blocks around the growth
+ * point) to segment `target`: the chunks go to chunks[0..*n_chunks) (room
+ * for `pages`) for target to map, their old addresses drain. Returns how
+ * many pages. */
 size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, xsa_mem_handle *handles);
+                        size_t pages, xsa_chunk *chunks, size_t *n_chunks);
 /* Undoes the takes since the drain list's head was `mark` (the growth that
  * took them failed): the pages are free blocks of their segments again. */
 void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);
@@ -190,6 +191,9 @@ xsa_pool_status xsa_expand_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uint
 /* Puts b (mapped, not in use, out of the free set) back in the cache,
  * merged with free neighbours. */
 void xsa_expand_return_free(xsa_pool *p, xsa_block *b);
+/* The largest range of pages [*first, *end) of whole chunks inside free
+ * block b; false if there is none. */
+bool xsa_expand_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end);
 /* Merges unmapped block u with unmapped neighbours. */
 void xsa_expand_merge_unmapped(xsa_pool *p, xsa_block *u);
 

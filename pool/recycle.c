@@ -65,15 +65,19 @@ static bool fence(xsa_pool *p, const xsa_seg *target, const xsa_block *b, xsa_ev
     return false;
 }
 
-/* Moves up to `want` pages from the high end of free block b's whole pages
- * to target (their handles into handles[]); how many. */
-static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t want, xsa_mem_handle *handles) {
+/* Moves whole chunks from the high end of free block b, up to `want`
+ * pages, to target (into chunks[]); how many pages. */
+static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t want, xsa_chunk *chunks,
+                        size_t *n_chunks) {
     xsa_seg *s = b->seg;
-    size_t page = p->page_size;
-    size_t first = (b->ptr - s->base + page - 1) / page;
-    size_t end = (b->ptr + b->size - s->base) / page;
-    if (end <= first) return 0;
-    size_t n = end - first < want ? end - first : want;
+    size_t page = p->page_size, first, end, lo, start, n = 0;
+    if (!xsa_expand_whole_chunks(p, b, &first, &end)) return 0;
+    for (lo = end; lo > first; lo = start) {
+        size_t len = xsa_segment_chunk(&s->vm, lo - 1, &start);
+        if (n + len > want) break;
+        n += len;
+    }
+    if (n == 0) return 0;
     xsa_drain *d = malloc(sizeof *d);
     char err[128];
     if (!d) return 0;
@@ -81,12 +85,13 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
         free(d);
         return 0;
     }
-    if (xsa_expand_isolate(p, b, s->base + (end - n) * page, s->base + end * page, err, sizeof err) != XSA_POOL_OK) {
+    if (xsa_expand_isolate(p, b, s->base + lo * page, s->base + end * page, err, sizeof err) != XSA_POOL_OK) {
         xsa_events_put_event(&p->events, d->event);
         free(d);
         return 0;
     }
-    for (size_t i = 0; i < n; i++) handles[i] = s->vm.handles[end - n + i];
+    for (size_t c = lo; c < end; c += s->vm.chunk_pages[c])
+        chunks[(*n_chunks)++] = (xsa_chunk){s->vm.handles[c], s->vm.chunk_pages[c]};
     b->draining = true;
     s->draining_pages += n;
     xsa_expand_account(p, s, n, 0, -1);
@@ -100,7 +105,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
 /* Takes pages for target from the free blocks of `stream` (other == false)
  * or of every other stream (other == true), small free blocks first. */
 static size_t take_pass(xsa_pool *p, const xsa_seg *target, bool other, const xsa_block *keep1,
-                        const xsa_block *keep2, size_t pages, xsa_mem_handle *handles) {
+                        const xsa_block *keep2, size_t pages, xsa_chunk *chunks, size_t *n_chunks) {
     size_t got = 0;
     for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
         xsa_free_set *set = &p->free[k];
@@ -120,17 +125,18 @@ static size_t take_pass(xsa_pool *p, const xsa_seg *target, bool other, const xs
             }
             next = xsa_free_set_next(set, b);
             if (b == keep1 || b == keep2 || !b->seg->expandable) continue;
-            got += take_from(p, target, b, pages - got, handles + got);
+            got += take_from(p, target, b, pages - got, chunks, n_chunks);
         }
     }
     return got;
 }
 
 size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, xsa_mem_handle *handles) {
+                        size_t pages, xsa_chunk *chunks, size_t *n_chunks) {
     /* Pages of the growing stream first: they move with no wait at all. */
-    size_t got = take_pass(p, target, false, keep1, keep2, pages, handles);
-    if (got < pages) got += take_pass(p, target, true, keep1, keep2, pages - got, handles + got);
+    *n_chunks = 0;
+    size_t got = take_pass(p, target, false, keep1, keep2, pages, chunks, n_chunks);
+    if (got < pages) got += take_pass(p, target, true, keep1, keep2, pages - got, chunks, n_chunks);
     return got;
 }
 

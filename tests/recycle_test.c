@@ -329,6 +329,41 @@ static void test_moves_under_queued_kernels_are_safe(void **state) {
     teardown(p);
 }
 
+static void six_mib_handles(xsa_pool_options *o) {
+    o->page_recycling = true;
+    o->page_recycling_headroom = 0.0;
+    o->handle_size = 6 * MiB;
+}
+
+/* With expandable_handle_mb:6 a growth creates 3-page handles: they move
+ * and are released whole, never a part of one. */
+static void test_larger_handles_move_and_go_whole(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, six_mib_handles);
+    void *a = alloc(p, 6 * MiB, S0); /* one handle */
+    void *keep = alloc(p, 2 * MiB, S0);
+    release(p, a);
+    void *x = alloc(p, 2 * MiB, S1); /* wants 1 page: a's 3-page handle is too big */
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 10 * MiB);
+    void *y = alloc(p, 6 * MiB, S1); /* wants 3: a's handle moves whole */
+    assert_int_equal(stats(p).num_pages_recycled, 3);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 10 * MiB);
+    release(p, y);
+    /* A free block holding only part of a handle keeps it mapped. */
+    void *z = alloc(p, 2 * MiB, S1); /* the front of y's old range: its handle is partly free */
+    release(p, x);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    xsa_device_stats s = stats(p);
+    assert_int_equal(s.reserved_bytes[XSA_STAT_ALL].current, 2 * MiB + 6 * MiB); /* keep's page, z's handle */
+    release(p, z);
+    release(p, keep);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 0);
+    teardown(p);
+}
+
 /* Destroying the pool with old addresses still draining releases each
  * handle once (teardown checks the simulated driver holds nothing). */
 static void test_destroy_while_draining(void **state) {
@@ -353,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_refused_unmap_of_old_address_is_retried),
         cmocka_unit_test(test_destroy_while_draining),
         cmocka_unit_test(test_moves_under_queued_kernels_are_safe),
+        cmocka_unit_test(test_larger_handles_move_and_go_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

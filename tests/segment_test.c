@@ -188,6 +188,55 @@ static void test_handles_move_between_segments(void **state) {
     xsa_segment_destroy(&b);
 }
 
+/* Chunks: a growth's new pages come as handles of up to new_chunk_pages
+ * pages, one cuMemCreate and one cuMemMap each; only whole chunks unmap
+ * (each handle released once) or move to another segment. */
+static void test_chunks_map_unmap_and_move_whole(void **state) {
+    (void)state;
+    NEED_DRIVER();
+    xsa_segment a, b;
+    init_segment(&a, 16);
+    init_segment(&b, 16);
+    a.new_chunk_pages = 3;
+    uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
+    xsa_driver_read_calls(&wrapped, before, NULL);
+    assert_int_equal(xsa_segment_map_chunks(&a, 2, 7, NULL, 0), XSA_CU_SUCCESS); /* chunks of 3, 3, 1 */
+    xsa_driver_read_calls(&wrapped, after, NULL);
+    CHECK(&a);
+    assert_int_equal(after[XSA_DRV_mem_create] - before[XSA_DRV_mem_create], 3);
+    assert_int_equal(after[XSA_DRV_mem_map] - before[XSA_DRV_mem_map], 3);
+    assert_int_equal(after[XSA_DRV_mem_set_access] - before[XSA_DRV_mem_set_access], 1);
+    size_t start = 0;
+    assert_int_equal(xsa_segment_chunk(&a, 6, &start), 3);
+    assert_int_equal(start, 5);
+    assert_int_equal(xsa_segment_chunk(&a, 8, &start), 1);
+    assert_int_equal(start, 8);
+    /* A range that cuts a chunk is refused, whole chunks are not. */
+    assert_int_equal(xsa_segment_unmap(&a, 2, 2, NULL), XSA_CU_ERROR_INVALID_VALUE);
+    assert_int_equal(xsa_segment_unmap(&a, 3, 3, NULL), XSA_CU_ERROR_INVALID_VALUE);
+    xsa_driver_read_calls(&wrapped, before, NULL);
+    assert_int_equal(xsa_segment_unmap(&a, 2, 3, NULL), XSA_CU_SUCCESS);
+    xsa_driver_read_calls(&wrapped, after, NULL);
+    assert_int_equal(after[XSA_DRV_mem_release] - before[XSA_DRV_mem_release], 1);
+    CHECK(&a);
+    /* A chunk moves whole: mapped in b while still mapped in a, then a's
+     * old mapping goes without releasing the handle. */
+    xsa_chunk moved = {a.handles[5], a.chunk_pages[5]};
+    b.new_chunk_pages = 2;
+    assert_int_equal(xsa_segment_map_chunks(&b, 0, 5, &moved, 1), XSA_CU_SUCCESS); /* 3 moved, then 2 new */
+    CHECK(&b);
+    assert_true(b.handles[0] == moved.handle && b.chunk_pages[0] == 3 && b.chunk_pages[3] == 2);
+    assert_int_equal(xsa_segment_unmap_moved(&a, 5, 3), XSA_CU_SUCCESS);
+    CHECK(&a);
+    xsa_segment_destroy(&a);
+    xsa_segment_destroy(&b);
+#ifndef XSA_TEST_CUDA
+    xsa_sim_usage u;
+    xsa_sim_get_usage(&u);
+    assert_int_equal(u.handles, 0); /* every handle released once, none twice */
+#endif
+}
+
 #ifndef XSA_TEST_CUDA
 /* Host-visible checks: only the simulated driver's memory is host memory. */
 static void test_data_survives_and_unmapped_faults(void **state) {
@@ -224,6 +273,7 @@ int main(void) {
         cmocka_unit_test_setup(test_grow_and_shrink, setup),
         cmocka_unit_test_setup(test_partial_map_failure_undoes, setup),
         cmocka_unit_test_setup(test_handles_move_between_segments, setup),
+        cmocka_unit_test_setup(test_chunks_map_unmap_and_move_whole, setup),
 #ifndef XSA_TEST_CUDA
         cmocka_unit_test_setup(test_data_survives_and_unmapped_faults, setup),
 #endif

@@ -1,6 +1,7 @@
 /* vmm/segment: expandable segment (design in segment.h). */
 #include "vmm/segment.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,17 @@ xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size
     size_t pages = reserve_bytes / gran + (reserve_bytes % gran != 0);
     if (pages == 0) pages = 1;
     xsa_mem_handle *handles = calloc(pages, sizeof *handles);
-    if (!handles) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    uint32_t *chunk_pages = calloc(pages, sizeof *chunk_pages);
+    if (!handles || !chunk_pages) {
+        free(handles);
+        free(chunk_pages);
+        return XSA_CU_ERROR_OUT_OF_MEMORY;
+    }
     xsa_devptr base = 0;
     r = XSA_DRV(drv, mem_address_reserve, &base, pages * gran, gran);
     if (r != XSA_CU_SUCCESS) {
         free(handles);
+        free(chunk_pages);
         return r;
     }
     s->drv = drv;
@@ -27,6 +34,8 @@ xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size
     s->page_size = gran;
     s->max_pages = pages;
     s->handles = handles;
+    s->chunk_pages = chunk_pages;
+    s->new_chunk_pages = 1;
     s->access[0] = device;
     s->n_access = 1;
     return XSA_CU_SUCCESS;
@@ -40,9 +49,6 @@ static xsa_cu_result unmap_run(xsa_segment *s, size_t first, size_t n) {
     if (n == 0) return XSA_CU_SUCCESS;
     return XSA_DRV(s->drv, mem_unmap, xsa_segment_page_addr(s, first), n * s->page_size);
 }
-
-/* Page i of a map call gets a new handle (else given[i] is the caller's). */
-static bool creates(const xsa_mem_handle *given, size_t i) { return !given || given[i] == XSA_NO_HANDLE; }
 
 void xsa_segment_release_handle(xsa_segment *s, xsa_mem_handle h) {
     if (XSA_DRV(s->drv, mem_release, h) == XSA_CU_SUCCESS) return;
@@ -66,44 +72,92 @@ static xsa_cu_result release_unreleased(xsa_segment *s) {
     return first;
 }
 
+size_t xsa_segment_chunk(const xsa_segment *s, size_t page, size_t *start) {
+    size_t c = page;
+    while (s->chunk_pages[c] == 0) c--; /* a mapped page's chunk starts at or before it */
+    *start = c;
+    return s->chunk_pages[c];
+}
+
+/* Whether pages [first, first+n) are mapped and made of whole chunks. */
+static bool whole_chunks(const xsa_segment *s, size_t first, size_t n) {
+    if (first > s->max_pages || n > s->max_pages - first || n == 0) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!xsa_segment_page_mapped(s, first + i)) return false;
+    return s->chunk_pages[first] != 0 && (first + n == s->max_pages || s->chunk_pages[first + n] != 0 ||
+                                          !xsa_segment_page_mapped(s, first + n));
+}
+
 /* Undo of a map that failed with pages [first, first+mapped) mapped and
- * handles stored for pages [first, first+held). */
-static void undo_map(xsa_segment *s, size_t first, size_t mapped, size_t held, const xsa_mem_handle *given) {
+ * chunks recorded for pages [first, first+held); specs[0..) said which
+ * handles were created (and are released here) or given. */
+static void undo_map(xsa_segment *s, size_t first, size_t mapped, size_t held, const xsa_chunk *specs) {
     /* If this unmap fails too, releasing still frees the memory once the
      * reservation goes, as the driver allows. */
     unmap_run(s, first, mapped);
-    for (size_t i = 0; i < held; i++) {
-        if (creates(given, i)) xsa_segment_release_handle(s, s->handles[first + i]);
-        s->handles[first + i] = XSA_NO_HANDLE;
+    for (size_t at = 0, i = 0; at < held; at += specs[i].pages, i++) {
+        if (specs[i].handle == XSA_NO_HANDLE) xsa_segment_release_handle(s, s->handles[first + at]);
+        for (size_t k = 0; k < specs[i].pages; k++) s->handles[first + at + k] = XSA_NO_HANDLE;
+        s->chunk_pages[first + at] = 0;
     }
 }
 
-xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_mem_handle *given) {
+/* Maps the chunks of specs (pages adding up to n) at pages [first, ...):
+ * a spec with XSA_NO_HANDLE gets a new handle of its size. */
+static xsa_cu_result map_specs(xsa_segment *s, size_t first, size_t n, const xsa_chunk *specs) {
     if (first > s->max_pages || n > s->max_pages - first) return XSA_CU_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < n; i++)
         if (xsa_segment_page_mapped(s, first + i)) return XSA_CU_ERROR_INVALID_VALUE;
     size_t mapped = 0, held = 0;
     xsa_cu_result r = XSA_CU_SUCCESS;
-    for (; mapped < n; mapped++) {
-        size_t page = first + mapped;
-        xsa_mem_handle h = given ? given[mapped] : XSA_NO_HANDLE;
-        if (creates(given, mapped)) {
-            r = XSA_DRV(s->drv, mem_create, &h, s->page_size, s->device, s->exportable);
-            if (r != XSA_CU_SUCCESS) break;
-        }
-        s->handles[page] = h;
-        held++;
-        r = XSA_DRV(s->drv, mem_map, xsa_segment_page_addr(s, page), s->page_size, 0, h);
+    for (size_t i = 0; mapped < n; i++) {
+        size_t page = first + mapped, bytes = specs[i].pages * s->page_size;
+        xsa_mem_handle h = specs[i].handle;
+        if (h == XSA_NO_HANDLE && (r = XSA_DRV(s->drv, mem_create, &h, bytes, s->device, s->exportable)) != XSA_CU_SUCCESS)
+            break;
+        for (size_t k = 0; k < specs[i].pages; k++) s->handles[page + k] = h;
+        s->chunk_pages[page] = (uint32_t)specs[i].pages;
+        held += specs[i].pages;
+        r = XSA_DRV(s->drv, mem_map, xsa_segment_page_addr(s, page), bytes, 0, h);
         if (r != XSA_CU_SUCCESS) break;
+        mapped += specs[i].pages;
     }
     if (r == XSA_CU_SUCCESS && n)
         r = XSA_DRV(s->drv, mem_set_access, xsa_segment_page_addr(s, first), n * s->page_size, s->access, s->n_access);
     if (r != XSA_CU_SUCCESS) {
-        undo_map(s, first, mapped, held, given);
+        undo_map(s, first, mapped, held, specs);
         return r;
     }
     s->mapped_pages += n;
     return XSA_CU_SUCCESS;
+}
+
+xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_mem_handle *given) {
+    xsa_chunk *specs = malloc((n ? n : 1) * sizeof *specs);
+    if (!specs) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < n; i++) specs[i] = (xsa_chunk){given ? given[i] : XSA_NO_HANDLE, 1};
+    xsa_cu_result r = map_specs(s, first, n, specs);
+    free(specs);
+    return r;
+}
+
+xsa_cu_result xsa_segment_map_chunks(xsa_segment *s, size_t first, size_t n, const xsa_chunk *given,
+                                     size_t n_given) {
+    size_t moved = 0;
+    for (size_t i = 0; i < n_given; i++) moved += given[i].pages;
+    if (moved > n) return XSA_CU_ERROR_INVALID_VALUE;
+    size_t fresh = n - moved, per = s->new_chunk_pages ? s->new_chunk_pages : 1;
+    size_t count = n_given + (fresh + per - 1) / per;
+    xsa_chunk *specs = malloc((count ? count : 1) * sizeof *specs);
+    if (!specs) return XSA_CU_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < n_given; i++) specs[i] = given[i];
+    for (size_t i = n_given; fresh; i++) {
+        specs[i] = (xsa_chunk){XSA_NO_HANDLE, fresh < per ? fresh : per};
+        fresh -= specs[i].pages;
+    }
+    xsa_cu_result r = map_specs(s, first, n, specs);
+    free(specs);
+    return r;
 }
 
 /* The unmap of xsa_segment_unmap (mode TAKE or RELEASE) and
@@ -111,17 +165,17 @@ xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_
 typedef enum { UNMAP_TAKE, UNMAP_RELEASE, UNMAP_FORGET } unmap_mode;
 
 static xsa_cu_result unmap_pages(xsa_segment *s, size_t first, size_t n, unmap_mode mode, xsa_mem_handle *taken) {
-    if (first > s->max_pages || n > s->max_pages - first) return XSA_CU_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < n; i++)
-        if (!xsa_segment_page_mapped(s, first + i)) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!whole_chunks(s, first, n)) return XSA_CU_ERROR_INVALID_VALUE;
     xsa_cu_result r = unmap_run(s, first, n);
     if (r != XSA_CU_SUCCESS) return r;
     for (size_t i = 0; i < n; i++) {
         xsa_mem_handle h = s->handles[first + i];
+        bool starts = s->chunk_pages[first + i] != 0;
         s->handles[first + i] = XSA_NO_HANDLE;
+        s->chunk_pages[first + i] = 0;
         if (mode == UNMAP_TAKE)
             taken[i] = h;
-        else if (mode == UNMAP_RELEASE)
+        else if (mode == UNMAP_RELEASE && starts)
             xsa_segment_release_handle(s, h);
     }
     s->mapped_pages -= n;
@@ -141,6 +195,7 @@ void xsa_segment_forget(xsa_segment *s, size_t first, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (!xsa_segment_page_mapped(s, first + i)) continue;
         s->handles[first + i] = XSA_NO_HANDLE;
+        s->chunk_pages[first + i] = 0;
         s->mapped_pages--;
     }
 }
@@ -157,6 +212,7 @@ xsa_cu_result xsa_segment_destroy(xsa_segment *s) {
     if (r == XSA_CU_SUCCESS) r = XSA_DRV(s->drv, mem_address_free, s->base, s->max_pages * s->page_size);
     if (r != XSA_CU_SUCCESS) return r;
     free(s->handles);
+    free(s->chunk_pages);
     free(s->unreleased);
     memset(s, 0, sizeof *s);
     return XSA_CU_SUCCESS;
@@ -184,7 +240,29 @@ xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer) {
 
 int xsa_segment_check(const xsa_segment *s, char *err, size_t errlen) {
     size_t count = 0;
-    for (size_t p = 0; p < s->max_pages; p++) count += xsa_segment_page_mapped(s, p);
+    for (size_t p = 0; p < s->max_pages;) {
+        if (!xsa_segment_page_mapped(s, p)) {
+            if (s->chunk_pages[p]) {
+                snprintf(err, errlen, "segment %#llx: unmapped page %zu starts a chunk", (unsigned long long)s->base, p);
+                return 0;
+            }
+            p++;
+            continue;
+        }
+        size_t n = s->chunk_pages[p];
+        if (n == 0 || n > s->max_pages - p) {
+            snprintf(err, errlen, "segment %#llx: mapped page %zu is in no chunk", (unsigned long long)s->base, p);
+            return 0;
+        }
+        for (size_t k = 1; k < n; k++)
+            if (s->handles[p + k] != s->handles[p] || s->chunk_pages[p + k]) {
+                snprintf(err, errlen, "segment %#llx: chunk at page %zu (%zu pages) breaks at page %zu",
+                         (unsigned long long)s->base, p, n, p + k);
+                return 0;
+            }
+        count += n;
+        p += n;
+    }
     if (count != s->mapped_pages) {
         snprintf(err, errlen, "segment %#llx: %zu pages hold handles but mapped_pages is %zu",
                  (unsigned long long)s->base, count, s->mapped_pages);

@@ -3,18 +3,22 @@
  * granularity-sized pages are mapped and unmapped on demand.
  *
  * Design: the range is reserved once, as large as the device's memory, so a
- * segment never moves and can grow to any size the device allows. Each page
- * is backed by its own physical handle (cuMemCreate of one granule), mapped
- * with its own cuMemMap, and access is granted once per contiguous run of
- * newly mapped pages (one cuMemSetAccess per run is much cheaper than one
- * per page); a run of pages is unmapped with one cuMemUnmap. A map or unmap that fails part-way undoes what it did and
- * leaves the segment as it was. Handles can also be passed in and taken out
- * (page recycling moves a page's handle from one segment to another), or
- * be mapped in two segments at once while a page moves in stream order:
- * the old mapping is then unmapped without releasing the handle. A
- * handle the driver refuses to release stays with the segment and is
- * released again by the next unmap or by destroy, so a failed cuMemRelease
- * never leaks device memory.
+ * segment never moves and can grow to any size the device allows. Pages
+ * are backed by chunks: one physical handle (cuMemCreate) of one or more
+ * granules, mapped with one cuMemMap, since the driver maps and unmaps
+ * whole handles only. Every call costs tens to hundreds of microseconds
+ * while the GPU is busy, so a growth creates its new pages as few chunks
+ * (new_chunk_pages at most each), while one-page chunks keep every page
+ * free to move on its own. Access is granted once per contiguous run of
+ * newly mapped pages, and a run of whole chunks is unmapped with one
+ * cuMemUnmap. A map or unmap that fails part-way undoes what it did and
+ * leaves the segment as it was. Handles can also be passed in and taken
+ * out (page recycling moves chunks from one segment to another), or be
+ * mapped in two segments at once while a chunk moves in stream order: the
+ * old mapping is then unmapped without releasing the handle. A handle the
+ * driver refuses to release stays with the segment and is released again
+ * by the next unmap or by destroy, so a failed cuMemRelease never leaks
+ * device memory.
  * Pages created while `exportable` is set can be exported as POSIX file
  * descriptors (IPC); access goes to the segment's device and to every peer
  * added with xsa_segment_add_access, on each newly mapped run.
@@ -25,11 +29,19 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vmm/driver.h"
 
 #define XSA_SEGMENT_MAX_ACCESS 16 /* the device and up to 15 peers: a 16-GPU node */
 #define XSA_NO_HANDLE ((xsa_mem_handle)0)
+
+/* Pages backed by one physical handle, mapped with one cuMemMap (the
+ * driver maps and unmaps whole handles only). */
+typedef struct xsa_chunk {
+    xsa_mem_handle handle;
+    size_t pages;
+} xsa_chunk;
 
 typedef struct xsa_segment {
     xsa_driver *drv;
@@ -39,6 +51,8 @@ typedef struct xsa_segment {
     size_t max_pages;        /* reserved size / page_size */
     size_t mapped_pages;     /* pages with a handle */
     xsa_mem_handle *handles; /* [max_pages]; XSA_NO_HANDLE where unmapped */
+    uint32_t *chunk_pages;   /* [max_pages]: pages of the chunk starting there; 0 elsewhere */
+    size_t new_chunk_pages;  /* most pages of a chunk that map_chunks creates (default 1) */
     int access[XSA_SEGMENT_MAX_ACCESS]; /* devices granted read/write; access[0] == device */
     int n_access;
     bool exportable;         /* new pages are created exportable (set after init) */
@@ -59,18 +73,28 @@ xsa_cu_result xsa_segment_destroy(xsa_segment *s);
  * the segment keeps it for its next unmap or destroy. */
 void xsa_segment_release_handle(xsa_segment *s, xsa_mem_handle h);
 
-/* Maps pages [first, first+n), all currently unmapped. Page first+i gets a
- * new handle when given is NULL or given[i] is XSA_NO_HANDLE, else given[i]
- * (which stays the caller's if the call fails). One cuMemSetAccess covers
- * the whole run. */
+/* Maps pages [first, first+n), all currently unmapped, as one-page chunks.
+ * Page first+i gets a new handle when given is NULL or given[i] is
+ * XSA_NO_HANDLE, else given[i] (which stays the caller's if the call
+ * fails). One cuMemSetAccess covers the whole run. */
 xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_mem_handle *given);
 
-/* Unmaps pages [first, first+n), all currently mapped, with one cuMemUnmap.
- * With taken == NULL the handles are released; otherwise they are stored in
- * taken[0..n) and the caller owns them. On failure nothing changes. */
+/* Maps pages [first, first+n), all unmapped: first the given chunks in
+ * order (their handles stay the caller's if the call fails), then new
+ * chunks of at most new_chunk_pages pages for the rest. */
+xsa_cu_result xsa_segment_map_chunks(xsa_segment *s, size_t first, size_t n, const xsa_chunk *given,
+                                     size_t n_given);
+
+/* The chunk holding mapped page `page`: its first page in *start, its size. */
+size_t xsa_segment_chunk(const xsa_segment *s, size_t page, size_t *start);
+
+/* Unmaps pages [first, first+n), whole mapped chunks, with one cuMemUnmap.
+ * With taken == NULL each chunk's handle is released; otherwise page i's
+ * handle is stored in taken[i] and the caller owns them. Pages that are not
+ * whole chunks are refused. On failure nothing changes. */
 xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_handle *taken);
 
-/* Unmaps pages [first, first+n), all mapped, whose handles were given to
+/* Unmaps pages [first, first+n), whole chunks, whose handles were given to
  * another segment that maps them too (a page moved in stream order): the
  * handles are forgotten, not released. On failure nothing changes. */
 xsa_cu_result xsa_segment_unmap_moved(xsa_segment *s, size_t first, size_t n);
