@@ -64,6 +64,9 @@ def parse_run_args(argv):
     p.add_argument("--xsalloc-lib", action="append", default=[], metavar="NAME=PATH",
                    help="an xsalloc variant NAME (default conf) that loads libxsalloc.so from PATH: another build "
                         "compared in the same interleaved run (repeatable)")
+    p.add_argument("--warmup", action="store_true",
+                   help="first run one discarded child (2 steps of the first workload, native): the first process "
+                        "on a fresh machine runs slower, whichever allocator it has")
     p.add_argument("--timeout", type=float, default=240, help="seconds a child may run (240)")
     p.add_argument("--budget-s", type=float, default=420,
                    help="launch no child after this many seconds (420; 0: no limit)")
@@ -292,6 +295,9 @@ def run_all(argv):
 
         write({"kind": "meta", "argv": argv, "steps": steps, "planned": len(todo), "budget_s": args.budget_s,
                "allocs": {a: (c if x else TORCH_ALLOCS[a]) for a, c, x in allocs}})
+        if args.warmup:
+            rec = launch(0, workloads[0], "native", None, False, 2, out_dir, args.timeout, False)
+            print(f"real_bench: warm-up child (discarded): {rec['status']}", flush=True)
         for i, (run, workload, alloc) in enumerate(todo):
             if args.budget_s and time.monotonic() - start >= args.budget_s:
                 write({"kind": "skipped", "count": len(todo) - i, "planned": len(todo), "budget_s": args.budget_s})
