@@ -433,6 +433,7 @@ static xsa_cu_result cuda_stream_begin_capture(xsa_stream stream) {
 
 static xsa_cu_result cuda_stream_end_capture(xsa_stream stream, xsa_graph *graph) {
     if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
     CUgraph g = NULL;
     CUresult r = cu.cuStreamEndCapture((CUstream)stream, &g);
     *graph = g;
@@ -444,6 +445,7 @@ static xsa_cu_result cuda_stream_end_capture(xsa_stream stream, xsa_graph *graph
 static xsa_cu_result cuda_stream_get_capture_info(xsa_stream stream, int *status, uint64_t *id,
                                                   const xsa_graph_node **deps, size_t *n) {
     if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t cid = 0;
     const CUgraphNode *nodes = NULL;
@@ -464,6 +466,7 @@ static xsa_cu_result cuda_graph_node_get_dependencies(xsa_graph_node node, xsa_g
 
 static xsa_cu_result cuda_graph_instantiate(xsa_graph_exec *exec, xsa_graph graph) {
     if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!exec) return CUDA_ERROR_INVALID_VALUE;
     CUgraphExec e = NULL;
     CUresult r = cu.cuGraphInstantiateWithFlags(&e, (CUgraph)graph, 0);
     if (!r) *exec = e;
