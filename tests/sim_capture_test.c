@@ -12,8 +12,10 @@
  * is tested from both sides where it has two: the call that must fail or
  * count, and the nearest one that must not.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -643,6 +645,55 @@ static void test_faults_counts_and_configure(void **state) {
                         D->error_string(XSA_CU_ERROR_CAPTURED_EVENT));
 }
 
+/* Threads capturing and replaying on their own streams at once: the
+ * driver's state stays consistent (TSan runs this too). No thread
+ * synchronizes: in global mode that would invalidate the others' captures. */
+enum { THREADS = 4, ROUNDS = 50 };
+
+typedef struct {
+    xsa_stream stream;
+    xsa_devptr va;
+    int failures;
+} worker_arg;
+
+static void *capture_worker(void *p) {
+    worker_arg *w = p;
+    char err[256];
+    for (int i = 0; i < ROUNDS; i++) {
+        xsa_graph g = NULL;
+        xsa_graph_exec e = NULL;
+        bool ok = XSA_DRV(D, stream_begin_capture, w->stream) == XSA_CU_SUCCESS;
+        for (int k = 0; ok && k < 3; k++) ok = xsa_sim_launch(w->stream, w->va + (size_t)k * 4096, 4096) == XSA_CU_SUCCESS;
+        ok = ok && XSA_DRV(D, stream_end_capture, w->stream, &g) == XSA_CU_SUCCESS;
+        ok = ok && XSA_DRV(D, graph_instantiate, &e, g) == XSA_CU_SUCCESS;
+        ok = ok && XSA_DRV(D, graph_destroy, g) == XSA_CU_SUCCESS;
+        ok = ok && XSA_DRV(D, graph_launch, e, w->stream) == XSA_CU_SUCCESS;
+        xsa_sim_complete_stream(w->stream);
+        ok = ok && XSA_DRV(D, graph_exec_destroy, e) == XSA_CU_SUCCESS;
+        ok = ok && xsa_sim_check(err, sizeof err);
+        w->failures += !ok;
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    mapping m = new_mapping(1);
+    pthread_t t[THREADS];
+    worker_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (worker_arg){.stream = (xsa_stream)(uintptr_t)(0x2000 + i), .va = m.va + (size_t)i * 3 * 4096};
+        assert_int_equal(0, pthread_create(&t[i], NULL, capture_worker, &args[i]));
+    }
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(0, pthread_join(t[i], NULL));
+        assert_int_equal(0, args[i].failures);
+    }
+    CHECK();
+    NO_VIOLATION();
+    drop_mapping(&m);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void) {
@@ -663,6 +714,7 @@ int main(void) {
         T(test_graph_launched_into_capture),
         T(test_bad_handles_and_arguments),
         T(test_faults_counts_and_configure),
+        T(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

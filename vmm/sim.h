@@ -91,6 +91,8 @@
  *     for any kernel, and two nodes of the graph on overlapping addresses,
  *     neither an ancestor of the other, count a race at every launch.
  *     Launched on a capturing stream, its nodes join that capture.
+ *   Streams behave as non-blocking ones (PyTorch creates its streams so):
+ *   the legacy stream's implicit synchronization with them is not modelled.
  */
 #ifndef XSA_VMM_SIM_H
 #define XSA_VMM_SIM_H
