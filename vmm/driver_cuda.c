@@ -9,7 +9,8 @@
  * that a NULL stream means what the table says. cuda.h gives the types only;
  * each function pointer has the type of cuda.h's own prototype. Setup runs
  * once (pthread_once) and its outcome, table or sentence, is kept for every
- * later call. Entry points that name a device make that device's primary
+ * later call; the stream-capture entry points alone are optional (graphs
+ * need CUDA 12.3, the rest of the library does not). Entry points that name a device make that device's primary
  * context current first; each primary context is retained once, on first
  * use, and kept for the life of the process. Under xsa_cuda_ctx_watch the
  * context this replaces is remembered first, for xsa_cuda_ctx_restore.
