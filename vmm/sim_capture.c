@@ -207,7 +207,7 @@ xsa_cu_result xsa_sim_launch(xsa_stream stream, xsa_devptr ptr, size_t size) {
     pthread_mutex_lock(&xsa_sim_lock);
     xsa_sim_ensure_configured();
     cap_stream *cs = find_stream(stream);
-    xsa_cu_result r = cs ? capture_kernel(cs, ptr, size) : xsa_sim_tl_launch(stream, ptr, size);
+    xsa_cu_result r = cs ? capture_kernel(cs, ptr, size) : xsa_sim_tl_launch(stream, ptr, size, "a kernel launched");
     pthread_mutex_unlock(&xsa_sim_lock);
     return r;
 }
@@ -541,7 +541,7 @@ xsa_cu_result xsa_sim_cap_graph_launch(xsa_graph_exec exec, xsa_stream stream) {
     if (e->race[0]) xsa_sim_tl_violation(&S.violations.races, "%s", e->race);
     xsa_cu_result r = XSA_CU_SUCCESS;
     for (size_t i = 0; i < e->nodes.n; i++) {
-        xsa_cu_result ri = xsa_sim_tl_launch(stream, e->nodes.v[i].ptr, e->nodes.v[i].size);
+        xsa_cu_result ri = xsa_sim_tl_launch(stream, e->nodes.v[i].ptr, e->nodes.v[i].size, "a graph node replayed");
         if (ri == XSA_CU_ERROR_OUT_OF_MEMORY) return ri;
         if (ri) r = ri;
     }

@@ -199,7 +199,8 @@ void xsa_sim_tl_freeing_alloc(sim_alloc *a);
 void xsa_sim_tl_reset(void);
 /* ... kernels (xsa_sim_launch's work outside capture), events by value,
  * violations (the first one's sentence is kept) ... */
-xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size);
+/* `what` names the work in a bad launch's sentence ("a kernel launched"). */
+xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what);
 sim_event *xsa_sim_tl_event_lookup(xsa_event event);
 __attribute__((format(printf, 2, 3))) void xsa_sim_tl_violation(uint64_t *count, const char *fmt, ...);
 /* ... and what the checker and the usage counters read. */

@@ -383,7 +383,7 @@ static size_t pieces(sim_reservation *r, sim_alloc *a, uintptr_t ptr, uintptr_t 
     return n;
 }
 
-xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size) {
+xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what) {
     uintptr_t p = (uintptr_t)ptr, end = p + size;
     if (size == 0 || end < p) return XSA_CU_ERROR_INVALID_VALUE;
     size_t si;
@@ -394,9 +394,9 @@ xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size) 
     if (bad) {
         char name[48];
         xsa_sim_tl_violation(&S.violations.bad_launches,
-                  "a kernel launched on %s over [%#llx, %#llx) touches %#llx, which is not mapped with access "
+                  "%s on %s over [%#llx, %#llx) touches %#llx, which is not mapped with access "
                   "granted: CUDA_ERROR_ILLEGAL_ADDRESS",
-                  stream_name(si, name, sizeof name), (unsigned long long)p, (unsigned long long)end,
+                  what, stream_name(si, name, sizeof name), (unsigned long long)p, (unsigned long long)end,
                   (unsigned long long)bad);
         return XSA_CU_ERROR_ILLEGAL_ADDRESS;
     }
