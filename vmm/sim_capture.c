@@ -189,7 +189,7 @@ static bool add_node(cap_graph *g, xsa_devptr ptr, size_t size, xsa_stream s, co
 /* The stream's terminals become the one node `node`. */
 static void terminal_is(cap_stream *cs, uint32_t node) {
     cs->deps.n = 0;
-    cs->deps.v[cs->deps.n++] = node; /* room: deps were copied from it */
+    cs->deps.v[cs->deps.n++] = node; /* room: the caller reserved one */
 }
 
 static xsa_cu_result capture_kernel(cap_stream *cs, xsa_devptr ptr, size_t size) {
