@@ -86,7 +86,8 @@ def run_script(path, args):
     main.__dict__.update(__file__=abspath, __cached__=None, __builtins__=builtins, __annotations__={},
                          __loader__=importlib.machinery.SourceFileLoader("__main__", abspath))
     sys.argv[:] = [path] + list(args)
-    sys.path[0] = os.path.dirname(os.path.realpath(abspath))
+    if not getattr(sys.flags, "safe_path", False):  # python -P adds neither the script's directory nor ours
+        sys.path[0] = os.path.dirname(os.path.realpath(abspath))
     sys.modules["__main__"] = main
     try:
         exec(compile(source, abspath, "exec", dont_inherit=True), main.__dict__)

@@ -31,6 +31,7 @@ print("file", __file__, __cached__, __spec__, __package__)
 print("loader", type(__loader__).__name__, __loader__.name, __loader__.path)
 print("globals", sorted(globals()))
 print("path0", sys.path[0])
+print("path", sys.path)
 """
 
 FAKE_TORCH = """\
@@ -112,6 +113,13 @@ class RunTest(unittest.TestCase):
         self.assertIn("name __main__ True", r.stdout)
         self.assertIn(f"path0 {os.path.realpath(os.path.join(self.dir, 'scripts'))}", r.stdout)
         self.assertEqual(r.returncode, 0)
+
+    def test_safe_path_adds_no_directory(self):
+        script = self.write("scripts/train.py", INTROSPECT)
+        plain = self.run_py("-P", script)
+        run = self.run_py("-P", "-m", "xsalloc.run", script)
+        self.assertEqual((run.returncode, run.stdout, run.stderr), (plain.returncode, plain.stdout, plain.stderr))
+        self.assertNotIn(os.path.join(self.dir, "scripts"), run.stdout.split("path ")[-1])
 
     def test_path0_is_the_linked_scripts_directory(self):
         self.write("scripts/train.py", INTROSPECT + "import helper; print(helper.X)\n")
