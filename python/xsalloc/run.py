@@ -15,12 +15,15 @@ The script then runs as `python SCRIPT ARGS` runs it: sys.argv is
 [SCRIPT, ARGS...] as given, it is the module __main__ (sys.modules too) with
 the globals the interpreter gives a script (__file__ absolute, a
 SourceFileLoader, no __spec__), sys.path[0] is its directory with symbolic
-links resolved, SystemExit is its exit status, and an uncaught exception is
-printed by sys.excepthook from the script's first frame on (none of this
-module's; a SyntaxError with none) before exit status 1. runpy.run_path is not used because it sets
-sys.argv[0] to the path it is given, and Python gives __file__ absolute but
-sys.argv[0] as typed. A KeyboardInterrupt or SystemExit propagates as it is,
-so the interpreter ends the process as it would have.
+links resolved (nothing is added under python -P), SystemExit is its exit
+status, and an uncaught exception is printed by sys.excepthook from the
+script's first frame on (none of this module's; a SyntaxError with none)
+before exit status 1. A KeyboardInterrupt or SystemExit propagates as it is,
+so the interpreter ends the process as it would have. runpy.run_path is not
+used: it sets sys.argv[0] to the path it runs, and Python gives a script
+__file__ absolute but sys.argv[0] as typed. Processes started with
+multiprocessing's spawn method import the script again without this module,
+so they keep torch's own allocator unless they call xsalloc.torch.use().
 """
 
 import builtins

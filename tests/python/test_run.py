@@ -163,6 +163,19 @@ class RunTest(unittest.TestCase):
         self.assertIn("SyntaxError", r.stderr)
         self.assertNotIn("Traceback", r.stderr)
 
+    def test_spawned_processes_find_the_scripts_functions(self):
+        script = self.write("scripts/pool.py", """\
+            import multiprocessing
+
+            def square(x):
+                return x * x
+
+            if __name__ == "__main__":
+                with multiprocessing.get_context("spawn").Pool(2) as pool:
+                    print(pool.map(square, [1, 2, 3]))
+            """)
+        self.assertEqual(self.assert_same_as_python(script).stdout, "[1, 4, 9]\n")
+
     def test_usage_and_missing_script(self):
         r = self.run_py("-m", "xsalloc.run")
         self.assertEqual(r.returncode, 2)
