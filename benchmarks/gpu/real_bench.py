@@ -151,6 +151,9 @@ def child(args):
     writes one JSON object to args.out."""
     torch_conf = TORCH_ALLOCS.get(args.alloc)
     use_xsalloc = args.alloc not in TORCH_ALLOCS
+    # torch reads PYTORCH_ALLOC_CONF before PYTORCH_CUDA_ALLOC_CONF, and
+    # xsalloc both after XSALLOC_CONF: none may leak in from the caller.
+    os.environ.pop("PYTORCH_ALLOC_CONF", None)
     os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     os.environ.pop("XSALLOC_LAG_PROBE", None)
     if torch_conf:

@@ -266,7 +266,8 @@ class ChildTest(unittest.TestCase):
             self.dir.cleanup()
 
         self.addCleanup(restore)
-        os.environ.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", XSALLOC_CONF="max_split_size_mb:x")
+        os.environ.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", XSALLOC_CONF="max_split_size_mb:x",
+                          PYTORCH_ALLOC_CONF="max_split_size_mb:y")
 
     def run_child(self, alloc, steps, conf=None):
         """child() on a stand-in torch; returns (its JSON, the environment the workload saw)."""
@@ -307,6 +308,7 @@ class ChildTest(unittest.TestCase):
     def test_xsalloc_child_measures_and_probes(self):
         res, env = self.run_child("xsalloc", 40)
         self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", env)
+        self.assertNotIn("PYTORCH_ALLOC_CONF", env)
         self.assertNotIn("XSALLOC_CONF", env, "the default configuration")
         self.assertEqual(env["XSALLOC_LAG_PROBE"], os.path.join(self.dir.name, "r.lag.json"))
         self.assertEqual((res["alloc"], res["xsalloc"], res["conf"], res["steps"]), ("xsalloc", True, "", 40))
@@ -332,6 +334,7 @@ class ChildTest(unittest.TestCase):
         with contextlib.redirect_stderr(err):
             res, env = self.run_child("async", 3)
         self.assertEqual(env["PYTORCH_CUDA_ALLOC_CONF"], "backend:cudaMallocAsync")
+        self.assertNotIn("PYTORCH_ALLOC_CONF", env, "torch would read it first")
         self.assertNotIn("XSALLOC_LAG_PROBE", env)
         self.assertEqual((res["xsalloc"], res["conf"]), (False, "backend:cudaMallocAsync"))
         self.assertNotIn("xsalloc_stats", res)
