@@ -17,7 +17,9 @@ import os
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError, LinkError
 
+LTO = "-flto=auto"
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME") or "/usr/local/cuda", "include")
 
 
@@ -29,7 +31,19 @@ class BuildLibrary(build_ext):
         if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
             raise RuntimeError(f"xsalloc: no cuda.h in {CUDA_INCLUDE}: set CUDA_HOME to the CUDA toolkit "
                                "(only its headers are needed)")
-        super().build_extension(ext)
+        try:
+            super().build_extension(ext)
+        except (CompileError, LinkError):
+            # Some Pythons name a compiler without the LTO plugin (seen on the
+            # H100: "/usr/bin/ld: error: could not run lto-wrapper"): build
+            # again without link-time optimisation rather than not at all.
+            if LTO not in ext.extra_compile_args:
+                raise
+            print("xsalloc: the compiler cannot do link-time optimisation; building without it", flush=True)
+            ext.extra_compile_args = [a for a in ext.extra_compile_args if a != LTO]
+            ext.extra_link_args = [a for a in ext.extra_link_args if a != LTO]
+            self.force = True
+            super().build_extension(ext)
 
 
 library = Extension(
@@ -38,8 +52,8 @@ library = Extension(
     include_dirs=[".", CUDA_INCLUDE],
     # -fvisibility=hidden: only the XSA_API functions are exported, and the
     # calls inside stay direct; link-time optimisation across the files.
-    extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-O2", "-flto=auto", "-fvisibility=hidden", "-Wall", "-Wextra"],
-    extra_link_args=["-flto=auto"],
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-O2", LTO, "-fvisibility=hidden", "-Wall", "-Wextra"],
+    extra_link_args=[LTO],
     libraries=["dl", "pthread"],
 )
 

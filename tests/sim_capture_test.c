@@ -335,8 +335,10 @@ static void test_captured_event_query_invalidates(void **state) {
         EXPECT(XSA_CU_ERROR_CAPTURED_EVENT,
                sync ? XSA_DRV(D, event_synchronize, e) : XSA_DRV(D, event_query, e));
         expect_invalidated_end(S1, sync ? "cuEventSynchronize" : "cuEventQuery");
-        /* Still last recorded in a capture: refused, nothing to invalidate. */
-        EXPECT(XSA_CU_ERROR_CAPTURED_EVENT, XSA_DRV(D, event_query, e));
+        /* Still last recorded in a capture that has ended: refused with
+         * CUDA_ERROR_INVALID_VALUE on the H100, nothing to invalidate. */
+        EXPECT(XSA_CU_ERROR_INVALID_VALUE, XSA_DRV(D, event_query, e));
+        EXPECT(XSA_CU_ERROR_INVALID_VALUE, XSA_DRV(D, event_synchronize, e));
         EXPECT(XSA_CU_ERROR_CAPTURED_EVENT, XSA_DRV(D, stream_wait_event, S2, e));
         NO_VIOLATION();
         OK(XSA_DRV(D, event_record, e, S2)); /* recorded again outside: an event again */
@@ -363,6 +365,8 @@ static void test_sync_calls_forbidden_during_capture(void **state) {
                                    : XSA_DRV(D, mem_free, p);
         assert_int_equal(XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED, r);
         CHECK();
+        /* Invalidated, the capture still refuses them until it ends (H100). */
+        assert_int_equal(XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED, XSA_DRV(D, mem_free, p));
         expect_invalidated_end(S1, "global mode forbids it");
     }
     assert_int_equal(1, usage().mem_allocs); /* the refused free did nothing */
@@ -375,8 +379,8 @@ static void test_sync_calls_forbidden_during_capture(void **state) {
     OK(XSA_DRV(D, event_destroy, e));
 }
 
-/* Measured on the H100: memory calls and event records work during a
- * capture, which ends fine. */
+/* Measured on the H100: virtual-memory calls and event records work during
+ * a capture, which ends fine; cuMemAlloc is refused and invalidates it. */
 static void test_memory_calls_during_capture(void **state) {
     (void)state;
     xsa_event e = new_event();
@@ -384,15 +388,16 @@ static void test_memory_calls_during_capture(void **state) {
     mapping m = new_mapping(2);
     launch(S1, m.va, MiB);
     OK(XSA_DRV(D, event_record, e, S1));
-    xsa_devptr p = 0;
-    OK(XSA_DRV(D, mem_alloc, &p, MiB, 0));
-    launch(S1, p, MiB);
     drop_mapping(&m);
     assert_int_equal(XSA_CAPTURE_ACTIVE, info(S1).status);
     xsa_graph g = end_capture(S1);
-    OK(XSA_DRV(D, mem_free, p));
     OK(XSA_DRV(D, graph_destroy, g));
     NO_VIOLATION();
+    xsa_devptr p = 0;
+    OK(XSA_DRV(D, stream_begin_capture, S1));
+    EXPECT(XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED, XSA_DRV(D, mem_alloc, &p, MiB, 0));
+    assert_int_equal(0, usage().mem_allocs);
+    expect_invalidated_end(S1, "cuMemAlloc");
     OK(XSA_DRV(D, event_destroy, e));
 }
 

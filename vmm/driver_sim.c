@@ -557,6 +557,9 @@ static xsa_cu_result set_access(xsa_devptr ptr, size_t size, const int *devices,
 /* ---- classic allocations ----------------------------------------------- */
 
 static xsa_cu_result mem_alloc(xsa_devptr *ptr, size_t size, int device) {
+    /* Refused during a global-mode capture, which it invalidates (H100). */
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuMemAlloc");
+    if (r != XSA_CU_SUCCESS) return r;
     if (!ptr || size == 0) return XSA_CU_ERROR_INVALID_VALUE;
     if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
     size_t rounded = (size + SIM_ALLOC_ROUND - 1) & ~(SIM_ALLOC_ROUND - 1);
