@@ -191,7 +191,7 @@ void xsa_pool_destroy(xsa_pool *p) {
             xsa_segment_destroy(&s->vm);
         }
         else
-            XSA_DRV(p->drv, mem_free, s->base);
+            xsa_driver_mem_free_relaxed(p->drv, s->base);
         free_segment_blocks(p, s);
         xsa_pool_drop_segment(p, s);
     }
@@ -356,7 +356,7 @@ static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream
     xsa_seg *s = xsa_pool_new_records(p, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
     xsa_devptr ptr = 0;
-    xsa_cu_result r = XSA_DRV(p->drv, mem_alloc, &ptr, size, p->device);
+    xsa_cu_result r = xsa_driver_mem_alloc_relaxed(p->drv, &ptr, size, p->device);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAlloc", r, err, errlen);
     xsa_pool_link_new_segment(p, s, b, (uintptr_t)ptr, size);
     p->reserved += size;

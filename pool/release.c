@@ -16,7 +16,7 @@ xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     xsa_seg *s = b->seg;
     /* A refused free has no effect: the segment stays cached, to be
      * released again later, rather than leak. */
-    xsa_cu_result r = XSA_DRV(p->drv, mem_free, s->base);
+    xsa_cu_result r = xsa_driver_mem_free_relaxed(p->drv, s->base);
     if (r != XSA_CU_SUCCESS) return r;
     xsa_pool_erase_free(p, b);
     p->reserved -= s->size;

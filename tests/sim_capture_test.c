@@ -401,6 +401,50 @@ static void test_memory_calls_during_capture(void **state) {
     OK(XSA_DRV(D, event_destroy, e));
 }
 
+/* A thread in relaxed mode may allocate, free and query outside work during
+ * a global capture, which ends fine (PyTorch's cudaMalloc in capture); a
+ * captured event's query is refused whatever the mode. */
+static void test_relaxed_thread_may_allocate(void **state) {
+    (void)state;
+    xsa_devptr before = 0, during = 0;
+    xsa_event outside = new_event(), inside = new_event();
+    OK(XSA_DRV(D, mem_alloc, &before, MiB, 0));
+    OK(XSA_DRV(D, event_record, outside, S2));
+    OK(XSA_DRV(D, stream_begin_capture, S1));
+    launch(S1, before, MiB);
+    OK(XSA_DRV(D, event_record, inside, S1));
+    int mode = XSA_CAPTURE_MODE_RELAXED;
+    OK(XSA_DRV(D, thread_exchange_capture_mode, &mode));
+    assert_int_equal(XSA_CAPTURE_MODE_GLOBAL, mode);
+    OK(XSA_DRV(D, mem_alloc, &during, MiB, 0));
+    OK(XSA_DRV(D, event_synchronize, outside));
+    OK(XSA_DRV(D, mem_free, during));
+    assert_int_equal(XSA_CAPTURE_ACTIVE, info(S1).status);
+    OK(XSA_DRV(D, thread_exchange_capture_mode, &mode));
+    assert_int_equal(XSA_CAPTURE_MODE_RELAXED, mode);
+    xsa_graph g = end_capture(S1);
+    OK(XSA_DRV(D, graph_destroy, g));
+    /* Back in global mode: refused again. */
+    OK(XSA_DRV(D, stream_begin_capture, S1));
+    EXPECT(XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED, XSA_DRV(D, mem_alloc, &during, MiB, 0));
+    expect_invalidated_end(S1, "cuMemAlloc");
+    /* Relaxed, a captured event is refused still, and invalidates. */
+    mode = XSA_CAPTURE_MODE_RELAXED;
+    OK(XSA_DRV(D, thread_exchange_capture_mode, &mode));
+    OK(XSA_DRV(D, stream_begin_capture, S1));
+    launch(S1, before, MiB);
+    OK(XSA_DRV(D, event_record, inside, S1));
+    EXPECT(XSA_CU_ERROR_CAPTURED_EVENT, XSA_DRV(D, event_query, inside));
+    expect_invalidated_end(S1, "cuEventQuery");
+    OK(XSA_DRV(D, thread_exchange_capture_mode, &mode));
+    mode = 7;
+    EXPECT(XSA_CU_ERROR_INVALID_VALUE, XSA_DRV(D, thread_exchange_capture_mode, &mode));
+    OK(XSA_DRV(D, mem_free, before));
+    NO_VIOLATION();
+    OK(XSA_DRV(D, event_destroy, outside));
+    OK(XSA_DRV(D, event_destroy, inside));
+}
+
 /* Dependencies may not cross the capture's boundary. */
 static void test_isolation_merge_and_unmatched(void **state) {
     (void)state;
@@ -710,6 +754,7 @@ int main(void) {
         T(test_captured_event_query_invalidates),
         T(test_sync_calls_forbidden_during_capture),
         T(test_memory_calls_during_capture),
+        T(test_relaxed_thread_may_allocate),
         T(test_isolation_merge_and_unmatched),
         T(test_replay_runs_on_timeline),
         T(test_replay_on_unmapped_memory),

@@ -68,6 +68,13 @@ enum {
     XSA_CAPTURE_INVALIDATED = 2,
 };
 
+/* A thread's capture interaction mode (CUstreamCaptureMode). */
+enum {
+    XSA_CAPTURE_MODE_GLOBAL = 0,
+    XSA_CAPTURE_MODE_THREAD_LOCAL = 1,
+    XSA_CAPTURE_MODE_RELAXED = 2,
+};
+
 /* Device attributes the library asks for (CUdevice_attribute numbers). */
 enum {
     XSA_ATTR_VMM_SUPPORTED = 102,             /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
@@ -86,7 +93,7 @@ enum {
     X(stream_wait_event) X(mem_import_fd) X(stream_begin_capture)              \
     X(stream_end_capture) X(stream_get_capture_info)                          \
     X(graph_node_get_dependencies) X(graph_instantiate) X(graph_launch)       \
-    X(graph_exec_destroy) X(graph_destroy)
+    X(graph_exec_destroy) X(graph_destroy) X(thread_exchange_capture_mode)
 
 typedef enum {
 #define XSA_DRV_ENUM(name) XSA_DRV_##name,
@@ -169,6 +176,11 @@ typedef struct xsa_driver {
     xsa_cu_result (*graph_launch)(xsa_graph_exec exec, xsa_stream stream);
     xsa_cu_result (*graph_exec_destroy)(xsa_graph_exec exec);
     xsa_cu_result (*graph_destroy)(xsa_graph graph);
+    /* cuThreadExchangeStreamCaptureMode: the calling thread's mode becomes
+     * *mode (XSA_CAPTURE_MODE_*), and *mode the one it had. In relaxed
+     * mode the thread may make calls that a global-mode capture would
+     * otherwise refuse (cuMemAlloc, cuMemFree, queries of work outside it). */
+    xsa_cu_result (*thread_exchange_capture_mode)(int *mode);
     /* Never fails: unknown codes give a generic text. */
     const char *(*error_string)(xsa_cu_result result);
 
@@ -195,6 +207,14 @@ uint64_t xsa_driver_now_ns(void);
                                       memory_order_relaxed);                                     \
         r_;                                                                                      \
     })
+
+/* cuMemAlloc and cuMemFree with the calling thread in relaxed capture mode,
+ * as PyTorch makes them: a global-mode capture under way refuses both and
+ * is invalidated (measured on the H100), while the memory of a capture's
+ * blocks is the allocator's to keep alive. Where the mode cannot be
+ * changed, the call is made as it is. */
+xsa_cu_result xsa_driver_mem_alloc_relaxed(xsa_driver *d, xsa_devptr *ptr, size_t size, int device);
+xsa_cu_result xsa_driver_mem_free_relaxed(xsa_driver *d, xsa_devptr ptr);
 
 /* Copies the call counters (and the time spent, if ns is not NULL) into
  * out[XSA_DRV_COUNT]. */

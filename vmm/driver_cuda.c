@@ -82,7 +82,8 @@ _Static_assert((int)CU_STREAM_CAPTURE_STATUS_ACTIVE == XSA_CAPTURE_ACTIVE &&
     X(cuGraphInstantiateWithFlags, 11040)                                      \
     X(cuGraphLaunch, 10000)                                                    \
     X(cuGraphExecDestroy, 10000)                                               \
-    X(cuGraphDestroy, 10000)
+    X(cuGraphDestroy, 10000)                                                   \
+    X(cuThreadExchangeStreamCaptureMode, 10010)
 
 /* Member names go through cuda.h's _v2 macros like the prototypes do, so
  * cu.cuMemGetInfo is a pointer of cuMemGetInfo_v2's type. */
@@ -484,6 +485,15 @@ static xsa_cu_result cuda_graph_exec_destroy(xsa_graph_exec exec) {
     return cu.cuGraphExecDestroy((CUgraphExec)exec);
 }
 
+static xsa_cu_result cuda_thread_exchange_capture_mode(int *mode) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!mode) return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
+    CUresult r = cu.cuThreadExchangeStreamCaptureMode(&m);
+    *mode = (int)m;
+    return r;
+}
+
 static xsa_cu_result cuda_graph_destroy(xsa_graph graph) {
     if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
     return cu.cuGraphDestroy((CUgraph)graph);
@@ -557,5 +567,6 @@ static xsa_driver cuda_table = {
     .graph_launch = cuda_graph_launch,
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_destroy = cuda_graph_destroy,
+    .thread_exchange_capture_mode = cuda_thread_exchange_capture_mode,
     .error_string = cuda_error_string,
 };

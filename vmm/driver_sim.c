@@ -677,6 +677,7 @@ static xsa_cu_result sim_graph_instantiate(xsa_graph_exec *e, xsa_graph g) { GUA
 static xsa_cu_result sim_graph_launch(xsa_graph_exec e, xsa_stream s) { GUARDED(graph_launch, xsa_sim_cap_graph_launch(e, s)); }
 static xsa_cu_result sim_graph_exec_destroy(xsa_graph_exec e) { GUARDED(graph_exec_destroy, xsa_sim_cap_exec_destroy(e)); }
 static xsa_cu_result sim_graph_destroy(xsa_graph g) { GUARDED(graph_destroy, xsa_sim_cap_graph_destroy(g)); }
+static xsa_cu_result sim_thread_exchange_capture_mode(int *m) { GUARDED(thread_exchange_capture_mode, xsa_sim_cap_exchange_mode(m)); }
 
 static xsa_driver sim_table = {
     .name = "sim",
@@ -717,6 +718,7 @@ static xsa_driver sim_table = {
     .graph_launch = sim_graph_launch,
     .graph_exec_destroy = sim_graph_exec_destroy,
     .graph_destroy = sim_graph_destroy,
+    .thread_exchange_capture_mode = sim_thread_exchange_capture_mode,
     .error_string = error_string,
 };
 

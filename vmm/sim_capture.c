@@ -162,8 +162,22 @@ __attribute__((format(printf, 2, 3))) static void invalidate(cap_seq *q, const c
 
 /* A call global mode forbids while a capture is under way: invalidates
  * every capture under way; UNSUPPORTED if there was one. */
-/* An invalidated capture still refuses these calls until it ends (H100). */
+/* The calling thread's capture interaction mode (XSA_CAPTURE_MODE_*). */
+static _Thread_local int thread_mode = XSA_CAPTURE_MODE_GLOBAL;
+
+xsa_cu_result xsa_sim_cap_exchange_mode(int *mode) {
+    if (!mode || *mode < XSA_CAPTURE_MODE_GLOBAL || *mode > XSA_CAPTURE_MODE_RELAXED) return XSA_CU_ERROR_INVALID_VALUE;
+    int old = thread_mode;
+    thread_mode = *mode;
+    *mode = old;
+    return XSA_CU_SUCCESS;
+}
+
+/* A call that a global-mode capture under way refuses, unless the calling
+ * thread is in relaxed mode (every capture here is global). An invalidated
+ * capture still refuses these calls until it ends (H100). */
 static xsa_cu_result forbidden(const char *call) {
+    if (thread_mode == XSA_CAPTURE_MODE_RELAXED) return XSA_CU_SUCCESS;
     for (size_t i = 0; i < C.seqs.n; i++)
         if (!C.seqs.v[i].invalidated)
             invalidate(&C.seqs.v[i], "%s while it was under way (global mode forbids it)", call);

@@ -231,6 +231,7 @@ xsa_cu_result xsa_sim_cap_instantiate(xsa_graph_exec *exec, xsa_graph graph);
 xsa_cu_result xsa_sim_cap_graph_launch(xsa_graph_exec exec, xsa_stream stream);
 xsa_cu_result xsa_sim_cap_exec_destroy(xsa_graph_exec exec);
 xsa_cu_result xsa_sim_cap_graph_destroy(xsa_graph graph);
+xsa_cu_result xsa_sim_cap_exchange_mode(int *mode);
 /* ... what configuration and the usage counters read, and its checker. */
 bool xsa_sim_cap_live(void);
 void xsa_sim_cap_usage(xsa_sim_usage *u);

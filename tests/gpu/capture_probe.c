@@ -166,6 +166,27 @@ static void memory_calls(run *r) {
     if (freed_before) XSA_DRV(r->d, mem_free, before);
 }
 
+/* The same calls from a thread in relaxed mode (as PyTorch makes
+ * cudaMalloc during capture): allowed, and the capture ends fine; a
+ * captured event's query is refused still. */
+static void relaxed_memory_calls(run *r) {
+    xsa_devptr before = 0, during = 0;
+    xsa_event e = event(r);
+    note(r, XSA_DRV(r->d, mem_alloc, &before, 1 << 20, 0));
+    begin_with_event(r, e);
+    int mode = XSA_CAPTURE_MODE_RELAXED;
+    note(r, XSA_DRV(r->d, thread_exchange_capture_mode, &mode));
+    note(r, mode);
+    note(r, XSA_DRV(r->d, mem_alloc, &during, 1 << 20, 0));
+    note(r, XSA_DRV(r->d, mem_free, before));
+    note(r, XSA_DRV(r->d, event_query, e));
+    note(r, XSA_DRV(r->d, thread_exchange_capture_mode, &mode));
+    note(r, mode);
+    end(r, r->s1);
+    if (during) note(r, XSA_DRV(r->d, mem_free, during));
+    XSA_DRV(r->d, event_destroy, e);
+}
+
 static void fork_join(run *r) {
     xsa_event fork = event(r), back = event(r);
     int status = -1;
@@ -234,6 +255,7 @@ static const struct {
     {"wait_outside_event", wait_outside_event},
     {"wait_never_recorded", wait_never_recorded},
     {"memory_calls", memory_calls},
+    {"relaxed_memory_calls", relaxed_memory_calls},
     {"fork_join", fork_join},
     {"unjoined_and_unmatched", unjoined_and_unmatched},
     {"legacy_stream_joins", legacy_stream_joins},
