@@ -17,6 +17,7 @@
 #ifndef XSALLOC_H
 #define XSALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -131,6 +132,58 @@ typedef struct xsa_device_stats {
 XSA_API xsa_status xsa_get_stats(int device, xsa_device_stats *stats);
 XSA_API xsa_status xsa_reset_peak_stats(int device);
 XSA_API xsa_status xsa_reset_accumulated_stats(int device);
+
+/* ---- Memory pools (PyTorch's MemPool / CUDA graph private pools) ----
+ *
+ * A memory pool is a cache of its own inside a device's allocator, named
+ * by a pair of integers like PyTorch's MempoolId_t (graphs use {id, 0},
+ * MemPool and graph_pool_handle {0, id}; {0, 0} is the device's own cache
+ * and cannot be named). Its blocks live in segments of its own (one
+ * expandable segment per pool, stream and small/large kind, or cuMemAlloc
+ * segments with expandable_segments:False); a block freed goes back to its
+ * pool only, and no allocation outside the pool ever receives its memory.
+ * While a pool is in use (use count > 0) neither page recycling nor
+ * xsa_empty_cache nor the out-of-memory fallbacks unmap, move or free any
+ * of its pages, so a captured graph may replay over its freed blocks. The
+ * pool's memory counts in the device's stats (reserved, allocated...) as
+ * PyTorch counts it, and snapshots name each segment's pool
+ * (segment_pool_id). */
+typedef struct xsa_mempool_id {
+    uint64_t first, second;
+} xsa_mempool_id;
+
+/* Creates the pool `id` on `device` with a use count of 1, or adds a use
+ * to an existing one (PyTorch's createOrIncrefPool). A released pool
+ * whose memory has not gone back yet is in use again. */
+XSA_API xsa_status xsa_mempool_create(int device, xsa_mempool_id id);
+/* Drops a use of pool `id` (PyTorch's releasePool). At zero uses the pool
+ * is released: its free memory goes back to the device at once (at the
+ * end of the capture if one is under way), all of it when its last block
+ * is freed, and what is free at each xsa_empty_cache; the id is forgotten
+ * once the pool holds no memory. Live blocks stay valid until freed.
+ * XSA_ERROR_INVALID_VALUE if the pool does not exist or is released. */
+XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);
+
+/* Says whether an allocation on `stream` goes to the pool. */
+typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
+
+/* PyTorch's beginAllocateToPool: creates pool `id` or adds a use to it, then
+ * routes the allocations on `device` from streams that filter(ctx, stream)
+ * accepts (every stream if filter is NULL) to it, until
+ * xsa_end_allocate_to_pool. When several routings accept a stream, the one
+ * begun last wins. As in PyTorch, a routing counts as a graph capture
+ * under way: until it ends the device's allocator neither queries nor
+ * waits for events (an event query would invalidate a capture), a miss
+ * does not release cached memory, xsa_empty_cache leaves the device alone,
+ * and a block with uses on other streams (xsa_record_stream) freed
+ * meanwhile returns to its pool only after the capture, once those
+ * streams' work queued by then has completed. The filter is called with
+ * the device's lock held: it must not call xsalloc.
+ * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool already routed to. */
+XSA_API xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx);
+/* Ends the routing to pool `id` (the use it added stays until
+ * xsa_mempool_release). XSA_ERROR_INVALID_VALUE if there is none. */
+XSA_API xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id);
 
 /* ---- Several GPUs: peer access ----
  *

@@ -1,7 +1,7 @@
 /*
  * pool/expand: the pool's side of expandable segments.
  *
- * Each (stream, pool kind) has one segment: a reserved range as large as the
+ * Each (memory pool, stream, pool kind) has one segment: a reserved range as large as the
  * device, tiled by blocks. Unmapped ranges are blocks too (mapped == false,
  * page aligned, kept in no free set); a miss maps just the pages needed at
  * the start of an unmapped block, merged with the free block before it.
@@ -13,16 +13,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static xsa_seg *find_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream) {
+static xsa_seg *find_segment(xsa_pool *p, const xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream) {
     for (xsa_seg *s = p->segments; s; s = s->next_seg)
-        if (s->expandable && s->kind == kind && s->stream == stream) return s;
+        if (s->expandable && s->kind == kind && s->stream == stream && s->mp == mp) return s;
     return NULL;
 }
 
-static xsa_pool_status create_segment(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_seg **out,
-                                      char *err, size_t errlen) {
+static xsa_pool_status create_segment(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream,
+                                      xsa_seg **out, char *err, size_t errlen) {
     xsa_block *b;
-    xsa_seg *s = xsa_pool_new_records(p, kind, stream, &b, err, errlen);
+    xsa_seg *s = xsa_pool_new_records(p, mp, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
     xsa_cu_result r = xsa_segment_init(&s->vm, p->drv, p->device, p->device_total);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAddressReserve", r, err, errlen);
@@ -78,8 +78,9 @@ void xsa_expand_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, i
 /* Maps pages for a request of `size` bytes in segment s. */
 static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **out, char *err, size_t errlen) {
     /* Old addresses of moved pages whose work is done give their range back
-     * (before choosing where to map: they merge with unmapped blocks). */
-    if (p->drains) xsa_recycle_drain(p, false);
+     * (before choosing where to map: they merge with unmapped blocks); not
+     * during a capture, which an event query would invalidate. */
+    if (p->drains && !p->capturing) xsa_recycle_drain(p, false);
     xsa_block *u = find_unmapped(s, size);
     if (!u) return XSA_POOL_OOM; /* the reservation is as large as the device */
     xsa_block *before = is_free_mapped(u->prev) ? u->prev : NULL;
@@ -126,11 +127,11 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     return XSA_POOL_OK;
 }
 
-xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                  xsa_block **out, char *err, size_t errlen) {
-    xsa_seg *s = find_segment(p, kind, stream);
+    xsa_seg *s = find_segment(p, mp, kind, stream);
     if (!s) {
-        xsa_pool_status st = create_segment(p, kind, stream, &s, err, errlen);
+        xsa_pool_status st = create_segment(p, mp, kind, stream, &s, err, errlen);
         if (st != XSA_POOL_OK) return st;
     }
     xsa_pool_status st = grow(p, s, size, out, err, errlen);

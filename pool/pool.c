@@ -61,7 +61,8 @@ void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s) {
     else
         p->segments = s->next_seg;
     if (s->next_seg) s->next_seg->prev_seg = s->prev_seg;
-    xsa_free_set_detach(&p->free[s->kind], s->stream);
+    xsa_free_set_detach(&s->mp->free[s->kind], s->stream);
+    s->mp->segments--;
     free(s);
 }
 
@@ -91,7 +92,7 @@ static inline void stamp_free(xsa_pool *p, xsa_block *b) { b->gc_base = p->free_
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
     split_tally t = {0, 0};
     stamp_free(p, b);
-    xsa_free_set_insert(&p->free[b->seg->kind], b);
+    xsa_free_set_insert(xsa_free_set_of(b), b);
     tally(&t, b, +1);
     inactive_split_change(p, b->seg->kind, t);
 }
@@ -100,7 +101,7 @@ void xsa_pool_erase_free(xsa_pool *p, xsa_block *b) {
     split_tally t = {0, 0};
     tally(&t, b, -1);
     inactive_split_change(p, b->seg->kind, t);
-    xsa_free_set_erase(&p->free[b->seg->kind], b);
+    xsa_free_set_erase(xsa_free_set_of(b), b);
 }
 
 /* ---- create / destroy ---- */
@@ -136,6 +137,7 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
     p->drv = drv;
     p->device = device;
     p->opt = *opt;
+    p->global.use_count = 1;
     xsa_events_init(&p->events, drv, device);
     xsa_cu_result r = XSA_DRV(drv, device_total_mem, &p->device_total, device);
     const char *call = "cuDeviceTotalMem";
@@ -195,7 +197,7 @@ void xsa_pool_destroy(xsa_pool *p) {
         free_segment_blocks(p, s);
         xsa_pool_drop_segment(p, s);
     }
-    for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&p->free[k]);
+    xsa_mempool_destroy_all(p);
     xsa_block_cache_clear(&p->blocks);
     xsa_ptr_map_destroy(&p->allocated);
     free(p);
@@ -210,8 +212,8 @@ static size_t expandable_size(const xsa_block *b) {
 /* PyTorch's get_free_block: best fit on (stream, size), with the oversize
  * rules, and for expandable segments the size a block could grow to. The
  * block stays in the free set. */
-static xsa_block *get_free_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
-    xsa_free_set *set = &p->free[kind];
+static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size) {
+    xsa_free_set *set = &mp->free[kind];
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
     if (!b || b->stream != stream) return NULL;
@@ -268,6 +270,7 @@ static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
     b->requested = requested;
     xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
     p->live_blocks++;
+    b->seg->mp->live++;
     xsa_stats_add(p->stats.allocation, kind, 1);
     xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);
     xsa_stats_add(p->stats.active, kind, 1);
@@ -281,7 +284,7 @@ static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
  * leaves it. NULL only if out of host memory, with b still in the set. */
 static xsa_block *alloc_cached_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
     xsa_pool_kind kind = b->seg->kind;
-    xsa_free_set *set = &p->free[kind];
+    xsa_free_set *set = xsa_free_set_of(b);
     split_tally t = {0, 0};
     tally(&t, b, -1);
     if (should_split(p, b, size)) {
@@ -313,16 +316,17 @@ static xsa_block *alloc_new_block(xsa_pool *p, xsa_block *b, size_t size, size_t
 
 /* ---- new device memory ---- */
 
-xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_block **b, char *err,
-                              size_t errlen) {
+xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, xsa_block **b,
+                              char *err, size_t errlen) {
     xsa_seg *s = calloc(1, sizeof *s);
     *b = s ? xsa_block_new(&p->blocks) : NULL;
-    if (!*b || !xsa_free_set_attach(&p->free[kind], stream)) {
+    if (!*b || !xsa_free_set_attach(&mp->free[kind], stream)) {
         if (*b) xsa_block_delete(&p->blocks, *b);
         free(s);
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return NULL;
     }
+    s->mp = mp;
     s->kind = kind;
     s->stream = stream;
     return s;
@@ -330,7 +334,7 @@ xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream
 
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen) {
-    xsa_free_set_detach(&p->free[s->kind], s->stream);
+    xsa_free_set_detach(&s->mp->free[s->kind], s->stream);
     xsa_block_delete(&p->blocks, b);
     free(s);
     if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
@@ -346,14 +350,15 @@ void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t 
     b->size = size;
     b->stream = s->stream;
     b->seg = s;
+    s->mp->segments++;
     xsa_pool_link_segment(p, s);
 }
 
 /* A classic segment: one cuMemAlloc, one block covering it. */
-static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                      xsa_block **out, char *err, size_t errlen) {
     xsa_block *b;
-    xsa_seg *s = xsa_pool_new_records(p, kind, stream, &b, err, errlen);
+    xsa_seg *s = xsa_pool_new_records(p, mp, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
     xsa_devptr ptr = 0;
     xsa_cu_result r = XSA_DRV(p->drv, mem_alloc, &ptr, size, p->device);
@@ -371,13 +376,13 @@ static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream
 
 /* PyTorch's alloc_block: new memory for a request of `size` (block size)
  * whose classic segment would be `alloc_size`. */
-static xsa_pool_status alloc_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size, bool retry,
-                                   xsa_block **out, char *err, size_t errlen) {
+static xsa_pool_status alloc_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                   bool retry, xsa_block **out, char *err, size_t errlen) {
     if (retry) p->stats.num_alloc_retries++;
-    if (p->expandable) return xsa_expand_alloc(p, kind, stream, size, out, err, errlen);
+    if (p->expandable) return xsa_expand_alloc(p, mp, kind, stream, size, out, err, errlen);
     size_t alloc_size = allocation_size(size);
     if (p->reserved + alloc_size > p->allowed_max) return XSA_POOL_OOM;
-    return alloc_classic(p, kind, stream, alloc_size, out, err, errlen);
+    return alloc_classic(p, mp, kind, stream, alloc_size, out, err, errlen);
 }
 
 static void format_bytes(char *buf, size_t len, size_t bytes) {
@@ -419,19 +424,22 @@ static void block_done(void *ctx, xsa_block *b) {
     if (!b->ipc_exports) xsa_pool_free_block(ctx, b);
 }
 
-/* The miss path: PyTorch's order of fallbacks. */
-static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
-                                     xsa_block **out, char *err, size_t errlen) {
-    if (p->opt.garbage_collection_threshold > 0) xsa_garbage_collect(p);
-    xsa_pool_status st = alloc_block(p, kind, stream, size, false, out, err, errlen);
-    if (st != XSA_POOL_OOM) return st;
-    if (xsa_release_available(p, kind, stream, size)) {
-        st = alloc_block(p, kind, stream, size, false, out, err, errlen);
+/* The miss path: PyTorch's order of fallbacks. During a capture nothing
+ * is released: freeing memory synchronizes, and the full release waits
+ * for events. */
+static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream,
+                                     size_t size, xsa_block **out, char *err, size_t errlen) {
+    bool capturing = p->capturing > 0;
+    if (p->opt.garbage_collection_threshold > 0 && !capturing) xsa_garbage_collect(p);
+    xsa_pool_status st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
+    if (st != XSA_POOL_OOM || capturing) return st;
+    if (xsa_release_available(p, mp, kind, stream, size)) {
+        st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
         if (st != XSA_POOL_OOM) return st;
     }
     st = xsa_release_cached(p, err, errlen);
     if (st != XSA_POOL_OK) return st;
-    return alloc_block(p, kind, stream, size, true, out, err, errlen);
+    return alloc_block(p, mp, kind, stream, size, true, out, err, errlen);
 }
 
 xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen) {
@@ -445,17 +453,20 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }
-    if (p->events.outstanding) xsa_events_poll(&p->events, block_done, p); /* a call only when events wait */
+    /* A call only when events wait; none during a capture (a query of an
+     * event recorded in it would invalidate it). */
+    if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, block_done, p);
     if (p->exports) xsa_ipc_poll(p);
+    xsa_mempool *mp = __builtin_expect(p->n_routes == 0, 1) ? &p->global : xsa_mempool_route(p, stream);
     size_t rounded = round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
-    xsa_block *b = get_free_block(p, kind, stream, rounded), *a;
+    xsa_block *b = get_free_block(p, mp, kind, stream, rounded), *a;
     if (b) {
         a = alloc_cached_block(p, b, rounded, size);
     } else {
         XSA_OBSERVE(p, XSA_OBS_MEMORY_BEGIN, kind, 0, size, rounded, stream);
-        xsa_pool_status st = alloc_on_miss(p, kind, stream, rounded, &b, err, errlen);
+        xsa_pool_status st = alloc_on_miss(p, mp, kind, stream, rounded, &b, err, errlen);
         if (st == XSA_POOL_OOM) {
             p->stats.num_ooms++;
             oom_report(p, size, stream, err, errlen);
@@ -500,7 +511,7 @@ static inline bool mergeable(const xsa_block *b) { return b && xsa_block_is_free
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     size_t original = b->size;
     xsa_pool_kind kind = b->seg->kind;
-    xsa_free_set *set = &p->free[kind];
+    xsa_free_set *set = xsa_free_set_of(b);
     XSA_OBSERVE(p, XSA_OBS_FREE_COMPLETED, kind, b->ptr, b->requested, b->size, b->stream);
     xsa_block *prev = mergeable(b->prev) ? b->prev : NULL;
     xsa_block *next = mergeable(b->next) ? b->next : NULL;
@@ -525,6 +536,7 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     tally(&t, keep, +1);
     inactive_split_change(p, kind, t);
     p->live_blocks--;
+    keep->seg->mp->live--;
     xsa_stats_sub(p->stats.active, kind, 1);
     xsa_stats_sub(p->stats.active_bytes, kind, (int64_t)original);
 }
@@ -553,18 +565,32 @@ static xsa_pool_status bad_pointer(const xsa_pool *p, const char *what, void *pt
     return XSA_POOL_BAD_POINTER;
 }
 
+/* A freed block used on other streams waits for events recorded on them
+ * now, or during a capture for its end (capture.c records them then). */
+static xsa_pool_status wait_for_uses(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
+    if (p->capturing) {
+        if (xsa_mempool_defer(p, b)) return XSA_POOL_OK;
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    const char *call = "";
+    xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
+    if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
+    xsa_pool_driver_error(p, call, r, err, errlen);
+    return XSA_POOL_DRIVER_ERROR;
+}
+
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
     xsa_block *b = xsa_ptr_map_remove(&p->allocated, (uintptr_t)ptr);
     if (!b) return bad_pointer(p, "xsa_free", ptr, err, errlen);
     if (b->n_stream_uses > 0) {
-        const char *call = "";
-        xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
-        if (r != XSA_CU_SUCCESS) {
+        xsa_pool_status st = wait_for_uses(p, b, err, errlen);
+        if (st != XSA_POOL_OK) {
             xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b); /* still allocated; its slot was just freed */
-            xsa_pool_driver_error(p, call, r, err, errlen);
-            return XSA_POOL_DRIVER_ERROR;
+            return st;
         }
     }
+    xsa_mempool *mp = b->seg->mp;
     xsa_pool_kind kind = b->seg->kind;
     size_t size = b->size, requested = b->requested; /* b may merge away below */
     xsa_stream stream = b->stream;
@@ -576,9 +602,15 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
     if (b->ipc_exports)
         xsa_ipc_poll(p); /* returns b to the cache if its exports are over */
-    else if (b->event_count == 0)
+    else if (b->event_count == 0 && !b->capture_deferred)
         xsa_pool_free_block(p, b);
     XSA_OBSERVE(p, XSA_OBS_FREE_END, kind, (uintptr_t)ptr, requested, size, stream);
+    /* The last block of a released memory pool: its memory goes back (a
+     * failure leaves it to empty_cache; this free has succeeded). */
+    if (__builtin_expect(xsa_mempool_released(mp), 0) && mp->live == 0 && !p->capturing) {
+        char ignored[256];
+        xsa_release_mempool(p, mp, ignored, sizeof ignored);
+    }
     return XSA_POOL_OK;
 }
 

@@ -23,7 +23,10 @@
  * (at its new address), and is unmapped once the event has completed,
  * polled at the next growth, never waited for on the allocation path.
  * Blocks waiting for record_stream events or pinned by IPC exports are not
- * free, so they are never taken.
+ * free, so they are never taken. Pages come from the global memory pool
+ * only: a memory pool's free blocks may be a captured graph's memory,
+ * whose addresses must stay. Nothing moves during a capture (the fence
+ * queries an event).
  *
  * Moving a page is not free: an unmap, a map and an access change, about
  * 57 us of driver time on an H100, against about 47 us for a new page. So a
@@ -38,7 +41,7 @@
 #include <stdlib.h>
 
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages) {
-    if (!p->opt.page_recycling) return 0;
+    if (!p->opt.page_recycling || p->capturing) return 0;
     int64_t high = xsa_pool_allocated_high(p);
     int64_t after = p->stats.allocated_bytes[XSA_STAT_ALL].current + (int64_t)size;
     if (after > high) high = after;
@@ -108,7 +111,7 @@ static size_t take_pass(xsa_pool *p, const xsa_seg *target, bool other, const xs
                         const xsa_block *keep2, size_t pages, xsa_chunk *chunks, size_t *n_chunks) {
     size_t got = 0;
     for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
-        xsa_free_set *set = &p->free[k];
+        xsa_free_set *set = &p->global.free[k];
         /* Ascending (stream, size). Each step finds the next block before
          * b is split. */
         xsa_block *b = other ? xsa_free_set_first(set) : xsa_free_set_lower_bound(set, target->stream, p->page_size);
