@@ -1,0 +1,371 @@
+/*
+ * graph_test: memory pools (PyTorch's private pools and MemPool) and the
+ * rules of allocation during a CUDA graph capture, one case per rule, on
+ * the simulated driver, in expandable and classic mode. The capture is the
+ * pool layer's flag (begin_allocate_to_pool's `capture`) until the
+ * simulated driver captures streams. Every step is followed by the pool's
+ * and the simulated driver's invariant checkers.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tests/pool_fixture.h"
+
+#define S2 ((void *)0x2002)
+static const xsa_mempool_id GLOBAL = {0, 0};
+static const xsa_mempool_id G1 = {1, 0}, G2 = {2, 0};
+
+static bool only(void *ctx, void *stream) { return stream == ctx; }
+
+static uint64_t calls(xsa_driver_entry e) {
+    uint64_t c[XSA_DRV_COUNT];
+    xsa_driver_read_calls(drv, c, NULL);
+    return c[e];
+}
+
+/* Routes the allocations on `stream` (every stream if NULL) to id. */
+static void begin(xsa_pool *p, xsa_mempool_id id, void *stream, bool capture) {
+    xsa_pool_status st = xsa_pool_begin_allocate_to_pool(p, id, stream ? only : NULL, stream, capture, err, sizeof err);
+    if (st != XSA_POOL_OK) fail_msg("begin_allocate_to_pool: %d %s", st, err);
+    CHECK(p);
+}
+
+static void end(xsa_pool *p, xsa_mempool_id id) {
+    xsa_pool_status st = xsa_pool_end_allocate_to_pool(p, id, err, sizeof err);
+    if (st != XSA_POOL_OK) fail_msg("end_allocate_to_pool: %d %s", st, err);
+    CHECK(p);
+}
+
+static void drop(xsa_pool *p, xsa_mempool_id id) {
+    xsa_pool_status st = xsa_pool_mempool_release(p, id, err, sizeof err);
+    if (st != XSA_POOL_OK) fail_msg("mempool_release: %d %s", st, err);
+    CHECK(p);
+}
+
+static void use_on(xsa_pool *p, void *ptr, void *stream) {
+    assert_int_equal(xsa_pool_record_stream(p, ptr, stream, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+}
+
+static bool same(xsa_mempool_id a, xsa_mempool_id b) { return a.first == b.first && a.second == b.second; }
+
+/* The memory pool of the segment holding ptr ({99, 99}: none), from a
+ * snapshot, which also shows that snapshots carry the pool id. */
+static xsa_mempool_id pool_of(xsa_pool *p, void *ptr) {
+    xsa_pool_snapshot s;
+    assert_int_equal(xsa_pool_snapshot_take(p, &s), XSA_POOL_OK);
+    xsa_mempool_id id = {99, 99};
+    for (size_t i = 0; i < s.n_segments; i++)
+        if ((uintptr_t)ptr >= s.segments[i].addr && (uintptr_t)ptr < s.segments[i].addr + s.segments[i].total_size)
+            id = s.segments[i].pool_id;
+    xsa_pool_snapshot_free(&s);
+    return id;
+}
+
+/* Bytes held by the segments of memory pool id. */
+static size_t held_by(xsa_pool *p, xsa_mempool_id id) {
+    xsa_pool_snapshot s;
+    assert_int_equal(xsa_pool_snapshot_take(p, &s), XSA_POOL_OK);
+    size_t bytes = 0;
+    for (size_t i = 0; i < s.n_segments; i++)
+        if (same(s.segments[i].pool_id, id)) bytes += s.segments[i].total_size;
+    xsa_pool_snapshot_free(&s);
+    return bytes;
+}
+
+#define ASSERT_POOL(p, ptr, id) assert_true(same(pool_of(p, ptr), id))
+
+static int64_t reserved(xsa_pool *p) { return stats(p).reserved_bytes[XSA_STAT_ALL].current; }
+
+static void run_both(void (*body)(bool expandable)) {
+    body(true);
+    body(false);
+}
+
+/* ---- routing ---- */
+
+static void routing_by_filter(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
+    begin(p, G1, S1, true);
+    void *a = alloc(p, 1000, S1), *b = alloc(p, 1000, S0), *c = alloc(p, 8 * MiB, S1);
+    ASSERT_POOL(p, a, G1);
+    ASSERT_POOL(p, b, GLOBAL);
+    ASSERT_POOL(p, c, G1);
+    /* The routing begun last wins where both accept. */
+    begin(p, G2, NULL, true);
+    void *d = alloc(p, 1000, S1), *e = alloc(p, 1000, S0);
+    ASSERT_POOL(p, d, G2);
+    ASSERT_POOL(p, e, G2);
+    end(p, G2);
+    void *f = alloc(p, 1000, S1);
+    ASSERT_POOL(p, f, G1);
+    end(p, G1);
+    void *g = alloc(p, 1000, S1);
+    ASSERT_POOL(p, g, GLOBAL);
+    /* Pool memory counts in the device's stats. */
+    assert_int_equal(stats(p).allocated_bytes[XSA_STAT_ALL].current, 6 * 1024 + 8 * MiB);
+    void *all[] = {a, b, c, d, e, f, g};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(p, all[i]);
+    teardown(p);
+}
+
+static void test_routing_by_filter(void **state) {
+    (void)state;
+    run_both(routing_by_filter);
+}
+
+static void test_bad_calls(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    assert_int_equal(xsa_pool_begin_allocate_to_pool(p, GLOBAL, NULL, NULL, true, err, sizeof err), XSA_POOL_INVALID);
+    assert_int_equal(xsa_pool_mempool_create(p, GLOBAL, err, sizeof err), XSA_POOL_INVALID);
+    assert_int_equal(xsa_pool_end_allocate_to_pool(p, G1, err, sizeof err), XSA_POOL_INVALID);
+    assert_int_equal(xsa_pool_mempool_release(p, G1, err, sizeof err), XSA_POOL_INVALID);
+    begin(p, G1, S1, false);
+    assert_int_equal(xsa_pool_begin_allocate_to_pool(p, G1, NULL, NULL, true, err, sizeof err), XSA_POOL_INVALID);
+    /* The routing's use is the last one: releasing it would strand routed blocks. */
+    assert_int_equal(xsa_pool_mempool_release(p, G1, err, sizeof err), XSA_POOL_INVALID);
+    CHECK(p);
+    end(p, G1);
+    drop(p, G1);
+    assert_false(xsa_pool_mempool_exists(p, G1, NULL));
+    assert_int_equal(xsa_pool_mempool_release(p, G1, err, sizeof err), XSA_POOL_INVALID);
+    teardown(p);
+}
+
+/* ---- reuse ---- */
+
+static void reuse_within_pool(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
+    begin(p, G1, S1, true);
+    void *a = alloc(p, 3 * MiB, S1), *s = alloc(p, 4096, S1);
+    int64_t held = reserved(p);
+    release(p, a);
+    release(p, s);
+    /* A capture's frees on its own stream are reused within it at once. */
+    assert_ptr_equal(alloc(p, 3 * MiB, S1), a);
+    assert_ptr_equal(alloc(p, 4096, S1), s);
+    assert_int_equal(reserved(p), held);
+    release(p, a);
+    release(p, s);
+    end(p, G1);
+    drop(p, G1);
+    teardown(p);
+}
+
+static void test_reuse_within_pool_one_stream(void **state) {
+    (void)state;
+    run_both(reuse_within_pool);
+}
+
+static void no_reuse_outside_pool(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
+    begin(p, G1, S1, true);
+    void *a = alloc(p, 1000, S1), *b = alloc(p, 8 * MiB, S1);
+    release(p, a);
+    release(p, b);
+    end(p, G1);
+    size_t pool_bytes = held_by(p, G1);
+    /* The same requests on the same stream, outside the pool: new memory. */
+    void *c = alloc(p, 1000, S1), *d = alloc(p, 8 * MiB, S1);
+    ASSERT_POOL(p, c, GLOBAL);
+    ASSERT_POOL(p, d, GLOBAL);
+    assert_ptr_not_equal(c, a);
+    assert_ptr_not_equal(d, b);
+    assert_int_equal(held_by(p, G1), pool_bytes);
+    /* Another pool does not get it either. */
+    begin(p, G2, S1, true);
+    void *e = alloc(p, 8 * MiB, S1);
+    ASSERT_POOL(p, e, G2);
+    release(p, e);
+    end(p, G2);
+    /* The global pool's empty_cache leaves the pool's memory where it is. */
+    release(p, c);
+    release(p, d);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(held_by(p, G1), pool_bytes);
+    assert_int_equal((size_t)reserved(p), pool_bytes + held_by(p, G2));
+    drop(p, G1);
+    drop(p, G2);
+    assert_int_equal(reserved(p), 0);
+    teardown(p);
+}
+
+static void test_no_reuse_outside_pool(void **state) {
+    (void)state;
+    run_both(no_reuse_outside_pool);
+}
+
+/* ---- capture ---- */
+
+static void cross_stream_free_deferred(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
+    begin(p, G1, S1, true);
+    void *a = alloc(p, 4096, S1);
+    use_on(p, a, S2);
+    uint64_t records = calls(XSA_DRV_event_record);
+    release(p, a);
+    /* No event during the capture, and a is not reused: S2's use is pending. */
+    assert_int_equal(calls(XSA_DRV_event_record), records);
+    assert_int_equal(stats(p).active[XSA_STAT_ALL].current, 1);
+    void *b = alloc(p, 4096, S1);
+    assert_ptr_not_equal(b, a);
+    end(p, G1);
+    /* After the capture the free waits for S2 like any record_stream free. */
+    assert_int_equal(calls(XSA_DRV_event_record), records + 1);
+    begin(p, G1, S1, false); /* a routing that is no capture polls events */
+    void *c = alloc(p, 4096, S1);
+    assert_ptr_not_equal(c, a);
+    xsa_sim_complete_stream(S2);
+    void *d = alloc(p, 4096, S1);
+    assert_ptr_equal(d, a); /* back in its pool */
+    end(p, G1);
+    release(p, b);
+    release(p, c);
+    release(p, d);
+    drop(p, G1);
+    teardown(p);
+}
+
+static void test_cross_stream_free_deferred_while_capturing(void **state) {
+    (void)state;
+    run_both(cross_stream_free_deferred);
+}
+
+static void no_event_query_during_capture(bool expandable) {
+    xsa_pool *p = make_pool(64 * MiB, expandable, NULL);
+    /* A global free waits for S2's event; 40 MiB are cached on S0. */
+    void *w = alloc(p, 4096, S0);
+    use_on(p, w, S2);
+    release(p, w);
+    release(p, alloc(p, 40 * MiB, S0));
+    uint64_t queries = calls(XSA_DRV_event_query), syncs = calls(XSA_DRV_event_synchronize);
+    int64_t retries = stats(p).num_alloc_retries, sync_all = stats(p).num_sync_all_streams;
+    begin(p, G1, S1, true);
+    void *a = alloc(p, 4096, S1), *b = alloc(p, 4096, S0);
+    release(p, a);
+    a = alloc(p, 4096, S1);
+    /* A miss that only the cache's release could serve fails rather than
+     * synchronize; empty_cache does nothing. */
+    void *x = NULL;
+    assert_int_equal(xsa_pool_malloc(p, 40 * MiB, S1, &x, err, sizeof err), XSA_POOL_OOM);
+    CHECK(p);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(calls(XSA_DRV_event_query), queries);
+    assert_int_equal(calls(XSA_DRV_event_synchronize), syncs);
+    assert_int_equal(stats(p).num_alloc_retries, retries);
+    assert_int_equal(stats(p).num_sync_all_streams, sync_all);
+    end(p, G1);
+    /* Outside the capture both happen again: the counters can see them. */
+    release(p, alloc(p, 4096, S0));
+    assert_true(calls(XSA_DRV_event_query) > queries);
+    x = alloc(p, 40 * MiB, S1);
+    assert_int_equal(stats(p).num_sync_all_streams, sync_all + 1);
+    release(p, x);
+    release(p, a);
+    release(p, b);
+    drop(p, G1);
+    teardown(p);
+}
+
+static void test_no_event_query_during_capture(void **state) {
+    (void)state;
+    run_both(no_event_query_during_capture);
+}
+
+/* ---- memory of pools in use ---- */
+
+static void recycling_at_once(xsa_pool_options *o) {
+    o->page_recycling = true;
+    o->page_recycling_headroom = 0;
+}
+
+static void test_recycling_and_empty_cache_leave_live_pools_alone(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling_at_once);
+    begin(p, G1, S1, true);
+    void *g = alloc(p, 8 * MiB, S1); /* the graph's temporary: freed in the capture */
+    release(p, g);
+    end(p, G1);
+    /* The global pool grows to the device's highest allocated bytes: page
+     * recycling would take the pool's 4 free pages. */
+    void *a = alloc(p, 8 * MiB, S0);
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    assert_int_equal(held_by(p, G1), 8 * MiB);
+    release(p, a);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(held_by(p, G1), 8 * MiB);
+    assert_int_equal(reserved(p), 8 * MiB);
+    /* A replay writes the freed block's memory: still mapped. */
+    assert_int_equal(xsa_sim_launch(S1, (xsa_devptr)(uintptr_t)g, 8 * MiB), XSA_CU_SUCCESS);
+    xsa_sim_complete_all();
+    CHECK(p);
+    /* Released, the pool's free pages serve the device again. */
+    drop(p, G1);
+    assert_int_equal(reserved(p), 0);
+    teardown(p);
+}
+
+/* ---- released pools ---- */
+
+static void release_returns_memory(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
+    assert_int_equal(xsa_pool_mempool_create(p, G1, err, sizeof err), XSA_POOL_OK); /* MemPool() */
+    begin(p, G1, S1, true);                                                          /* use 2 */
+    void *a = alloc(p, 8 * MiB, S1), *b = alloc(p, 1000, S1);
+    release(p, a);
+    end(p, G1);
+    drop(p, G1);
+    int uses = 0;
+    assert_true(xsa_pool_mempool_exists(p, G1, &uses));
+    assert_int_equal(uses, 1);
+    assert_int_equal(held_by(p, G1), (expandable ? 8 * MiB : 20 * MiB) + 2 * MiB); /* in use: kept */
+    drop(p, G1);
+    /* Released: the free memory goes at once, the rest with the last block. */
+    assert_int_equal(held_by(p, G1), 2 * MiB);
+    assert_true(xsa_pool_mempool_exists(p, G1, &uses));
+    assert_int_equal(uses, 0);
+    release(p, b);
+    assert_int_equal(reserved(p), 0);
+    assert_false(xsa_pool_mempool_exists(p, G1, NULL));
+    assert_int_equal(usage().handles + usage().mem_allocs, 0);
+    /* A pool released during another capture gives its memory back at the end. */
+    begin(p, G2, S2, true);
+    begin(p, G1, S1, false);
+    release(p, alloc(p, 1000, S1));
+    end(p, G1);
+    drop(p, G1);
+    assert_int_equal(held_by(p, G1), 2 * MiB);
+    end(p, G2);
+    assert_int_equal(held_by(p, G1), 0);
+    assert_false(xsa_pool_mempool_exists(p, G1, NULL));
+    drop(p, G2);
+    teardown(p);
+}
+
+static void test_release_of_empty_pool_returns_memory(void **state) {
+    (void)state;
+    run_both(release_returns_memory);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routing_by_filter),
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_reuse_within_pool_one_stream),
+        cmocka_unit_test(test_no_reuse_outside_pool),
+        cmocka_unit_test(test_cross_stream_free_deferred_while_capturing),
+        cmocka_unit_test(test_no_event_query_during_capture),
+        cmocka_unit_test(test_recycling_and_empty_cache_leave_live_pools_alone),
+        cmocka_unit_test(test_release_of_empty_pool_returns_memory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
