@@ -230,6 +230,8 @@ static void cross_stream_free_deferred(bool expandable) {
     release(p, c);
     release(p, d);
     drop(p, G1);
+    drop(p, G1);
+    assert_int_equal(reserved(p), 0);
     teardown(p);
 }
 
@@ -314,6 +316,42 @@ static void test_recycling_and_empty_cache_leave_live_pools_alone(void **state) 
     teardown(p);
 }
 
+/* ---- classic segments ---- */
+
+static void gc_at_half(xsa_pool_options *o) { o->garbage_collection_threshold = 0.5; }
+
+/* cuMemAlloc'd segments capture too: during a capture no segment is
+ * freed (cuMemFree synchronizes the device), by garbage collection or the
+ * out-of-memory fallbacks, and nothing synchronizes. */
+static void test_capture_in_classic_mode(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(64 * MiB, false, gc_at_half);
+    release(p, alloc(p, 40 * MiB, S0)); /* cached, unsplit, above the GC threshold */
+    uint64_t frees = calls(XSA_DRV_mem_free), syncs = calls(XSA_DRV_stream_synchronize);
+    begin(p, G1, S1, true);
+    void *a = alloc(p, 4 * MiB, S1); /* a new 20 MiB segment of the pool */
+    ASSERT_POOL(p, a, G1);
+    void *x = NULL;
+    assert_int_equal(xsa_pool_malloc(p, 20 * MiB, S1, &x, err, sizeof err), XSA_POOL_OOM);
+    CHECK(p);
+    release(p, a);
+    assert_ptr_equal(alloc(p, 4 * MiB, S1), a);
+    assert_int_equal(calls(XSA_DRV_mem_free), frees);
+    assert_int_equal(calls(XSA_DRV_stream_synchronize), syncs);
+    end(p, G1);
+    /* After the capture the same request frees the global cache and fits. */
+    begin(p, G1, S1, false);
+    x = alloc(p, 20 * MiB, S1);
+    assert_true(calls(XSA_DRV_mem_free) > frees);
+    release(p, x);
+    release(p, a);
+    end(p, G1);
+    drop(p, G1);
+    drop(p, G1); /* each begin added a use */
+    assert_int_equal(usage().mem_allocs, 0);
+    teardown(p);
+}
+
 /* ---- released pools ---- */
 
 static void release_returns_memory(bool expandable) {
@@ -366,6 +404,7 @@ int main(void) {
         cmocka_unit_test(test_no_event_query_during_capture),
         cmocka_unit_test(test_recycling_and_empty_cache_leave_live_pools_alone),
         cmocka_unit_test(test_release_of_empty_pool_returns_memory),
+        cmocka_unit_test(test_capture_in_classic_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
