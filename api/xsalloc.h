@@ -83,7 +83,10 @@ XSA_API xsa_status xsa_free(void *ptr);
 XSA_API xsa_status xsa_record_stream(void *ptr, void *stream);
 
 /* Releases every cached (free) block's memory to the driver on all devices,
- * waiting for pending record_stream events first. */
+ * waiting for pending record_stream events first. Memory pools in use keep
+ * theirs; released ones give back what is free. A device with a routing
+ * (xsa_begin_allocate_to_pool) under way is left alone: releasing would
+ * wait for events during a capture. */
 XSA_API xsa_status xsa_empty_cache(void);
 /* Free cached bytes on a device and the largest free cached block. */
 XSA_API xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest);
@@ -284,8 +287,10 @@ XSA_API void xsa_free_buffer(void *buffer);
 
 /* torch.cuda.memory_summary()'s table for `device`, same rows, columns and
  * byte and count formatting (only the title names xsalloc). abbreviated != 0
- * leaves out the "from large pool" / "from small pool" rows. *out: a
- * NUL-terminated string. */
+ * leaves out the "from large pool" / "from small pool" rows. When memory
+ * pools hold segments, xsalloc adds a table of them below: per pool id its
+ * segments, reserved, allocated and active bytes. *out: a NUL-terminated
+ * string. */
 XSA_API xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
 
 /* A snapshot of every device, with the structure of PyTorch's
@@ -300,8 +305,9 @@ XSA_API xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
  * "external_annotations" (empty). As in PyTorch, an expandable segment
  * appears as one segment per mapped range; xsalloc adds
  * "expandable_segments": per reservation its device, address,
- * reserved_size, mapped_size, stream, segment_type and mapped_ranges
- * ([address, size] pairs). Frames are always empty. *out: a NUL-terminated
+ * reserved_size, mapped_size, stream, segment_type, segment_pool_id and
+ * mapped_ranges ([address, size] pairs). segment_pool_id is the memory
+ * pool's id, (0, 0) for the device's own cache. Frames are always empty. *out: a NUL-terminated
  * JSON text. */
 XSA_API xsa_status xsa_snapshot_json(char **out);
 /* The same snapshot as a pickle (protocol 4 opcodes, no Python needed),
