@@ -162,8 +162,11 @@ XSA_API xsa_status xsa_mempool_create(int device, xsa_mempool_id id);
 /* Drops a use of pool `id` (PyTorch's releasePool). At zero uses the pool
  * is released: its free memory goes back to the device at once (at the
  * end of the capture if one is under way), all of it when its last block
- * is freed, and what is free at each xsa_empty_cache; the id is forgotten
- * once the pool holds no memory. Live blocks stay valid until freed.
+ * is freed (at the next xsa_empty_cache if that block still waited for
+ * record_stream events), and what is free at each xsa_empty_cache; the id
+ * is forgotten once the pool holds no memory. Live blocks stay valid until
+ * freed. A driver error while memory goes back is returned; the use is
+ * dropped all the same (xsa_empty_cache tries again).
  * XSA_ERROR_INVALID_VALUE if the pool does not exist or is released. */
 XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);
 
@@ -174,7 +177,7 @@ typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
  * routes the allocations on `device` from streams that filter(ctx, stream)
  * accepts (every stream if filter is NULL) to it, until
  * xsa_end_allocate_to_pool. When several routings accept a stream, the one
- * begun last wins. As in PyTorch, a routing counts as a graph capture
+ * begun first wins (as in PyTorch). As in PyTorch, a routing counts as a graph capture
  * under way: until it ends the device's allocator neither queries nor
  * waits for events (an event query would invalidate a capture), a miss
  * does not release cached memory, xsa_empty_cache leaves the device alone,
@@ -185,7 +188,11 @@ typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
  * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool already routed to. */
 XSA_API xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx);
 /* Ends the routing to pool `id` (the use it added stays until
- * xsa_mempool_release). XSA_ERROR_INVALID_VALUE if there is none. */
+ * xsa_mempool_release). When no routing is left, the frees deferred by the
+ * capture record their events; a driver error there is returned, the
+ * routing is ended all the same and the deferred frees are tried again at
+ * the next end or xsa_empty_cache. XSA_ERROR_INVALID_VALUE if there is no
+ * routing to the pool. */
 XSA_API xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id);
 
 /* ---- Several GPUs: peer access ----

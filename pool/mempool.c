@@ -46,7 +46,7 @@ void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp) {
 }
 
 xsa_mempool *xsa_mempool_route(xsa_pool *p, xsa_stream stream) {
-    for (int i = p->n_routes - 1; i >= 0; i--) {
+    for (int i = 0; i < p->n_routes; i++) { /* oldest first, as PyTorch's captures_underway */
         const xsa_route *r = &p->routes[i];
         if (!r->filter || r->filter(r->ctx, stream)) return r->mp;
     }

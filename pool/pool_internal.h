@@ -96,7 +96,7 @@ struct xsa_pool {
     int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
     xsa_mempool global;        /* the device's own cache */
     xsa_mempool *mempools;     /* the others, newest first */
-    xsa_route *routes;         /* oldest first; the newest accepting route wins */
+    xsa_route *routes;         /* oldest first; the oldest accepting route wins */
     int n_routes, cap_routes;
     int capturing;             /* routes with capture set */
     /* Blocks freed during capture with uses on other streams: their
