@@ -213,6 +213,7 @@ static void test_no_reuse_outside_pool(void **state) {
 static void cross_stream_free_deferred(bool expandable) {
     xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
     begin(p, G1, S1, true);
+    assert_true(xsa_pool_capturing(p));
     void *a = alloc(p, 4096, S1);
     use_on(p, a, S2);
     uint64_t records = calls(XSA_DRV_event_record);
@@ -226,6 +227,7 @@ static void cross_stream_free_deferred(bool expandable) {
     /* After the capture the free waits for S2 like any record_stream free. */
     assert_int_equal(calls(XSA_DRV_event_record), records + 1);
     begin(p, G1, S1, false); /* a routing that is no capture polls events */
+    assert_false(xsa_pool_capturing(p));
     void *c = alloc(p, 4096, S1);
     assert_ptr_not_equal(c, a);
     xsa_sim_complete_stream(S2);
