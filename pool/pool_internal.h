@@ -1,9 +1,14 @@
 /*
- * pool/pool_internal: the pool's state, shared by its source files
- * (pool.c: malloc/free; mempool.c: memory pool records and routing;
- * capture.c: the memory pool calls and capture; expand.c: expandable
- * segments; release.c: giving memory back; ipc.c: IPC exports; peer.c:
- * peer access; stats.c; check.c). Not part of the pool's interface.
+ * pool/pool_internal: the pool's state, shared by its source files. The
+ * core, which calls nothing above it: core.c (segments, free-set
+ * membership, split and merge), mempool.c (memory pool records and
+ * routing), free_set.c, block.c, events.c, stats.c. The policies above it:
+ * pages.c (an expandable segment's pages as blocks), recycle.c (page
+ * recycling), expand.c (growing expandable segments), release.c (giving
+ * memory back), ipc.c (IPC exports), peer.c (peer access), capture.c (the
+ * memory pool calls and capture); pool.c (malloc/free) on top; check.c,
+ * snapshot.c and info.c read. No file calls one above it. Not part of the
+ * pool's interface.
  */
 #ifndef XSA_POOL_INTERNAL_H
 #define XSA_POOL_INTERNAL_H
@@ -165,6 +170,30 @@ static inline void xsa_stats_sub(xsa_stat *stat_by_type, xsa_pool_kind kind, int
 /* The free set of block b's memory pool and kind. */
 static inline xsa_free_set *xsa_free_set_of(const xsa_block *b) { return &b->seg->mp->free[b->seg->kind]; }
 
+/* inactive_split counts the free split blocks of classic segments only, as
+ * PyTorch's does: the free pages of an expandable segment can always be
+ * released. Like PyTorch, the hot paths change it once by the net effect
+ * of a split or merge. */
+typedef struct xsa_split_tally {
+    int64_t count, bytes;
+} xsa_split_tally;
+
+/* Adds (sign +1) or takes away (-1) b's share of inactive_split. */
+static inline void xsa_tally(xsa_split_tally *t, const xsa_block *b, int sign) {
+    if (b->seg->expandable || !xsa_block_is_split(b)) return;
+    t->count += sign;
+    t->bytes += sign * (int64_t)b->size;
+}
+
+static inline void xsa_inactive_split_change(xsa_pool *p, xsa_pool_kind kind, xsa_split_tally t) {
+    if (t.count) xsa_stats_update(p->stats.inactive_split, kind, t.count);
+    if (t.bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, t.bytes);
+}
+
+/* A block becoming free: its age for garbage collection. */
+static inline void xsa_stamp_free(const xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
+
+
 /* Free-set membership with the inactive_split accounting it implies. */
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b);
 void xsa_pool_erase_free(xsa_pool *p, xsa_block *b);
@@ -176,6 +205,9 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b);
 /* Removes block `gone` (a free or unmapped neighbour of keep, like it in
  * mapping) and extends keep over it. */
 void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone);
+/* A new record for the first `size` bytes of b, linked before it; b's own
+ * extent is the caller's to shrink. NULL if out of host memory. */
+xsa_block *xsa_pool_new_front(xsa_pool *p, xsa_block *b, size_t size);
 /* Splits a new block of `size` bytes off the start of b (not in a free
  * set); NULL if out of host memory. */
 xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size);
@@ -209,11 +241,32 @@ static inline bool xsa_mempool_is_global(const xsa_pool *p, const xsa_mempool *m
 /* Released (use_count 0): its free memory may go back to the device. */
 static inline bool xsa_mempool_released(const xsa_mempool *mp) { return mp->use_count == 0; }
 
+/* pages.c */
+/* Unmaps the whole pages inside free block b, splitting it around them. */
+xsa_pool_status xsa_pages_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
+/* Destroys an expandable segment with no mapped page. If the driver refuses
+ * to free its reservation, the segment stays (empty) and false is returned:
+ * the next release tries again. */
+bool xsa_pages_destroy_segment(xsa_pool *p, xsa_seg *s);
+/* The accounting of pages that segment s gained (sign +1) or lost (-1),
+ * called after the change: `moved` between segments, `created` new or
+ * released (device allocations and frees). */
+void xsa_pages_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign);
+/* Makes pages [lo, hi) of free block b a block of their own (b, out of the
+ * free set); the rest of b stays free around it. Host OOM leaves b as it was. */
+xsa_pool_status xsa_pages_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintptr_t hi, char *err, size_t errlen);
+/* Puts b (mapped, not in use, out of the free set) back in the cache,
+ * merged with free neighbours. */
+void xsa_pages_return_free(xsa_pool *p, xsa_block *b);
+/* The largest range of pages [*first, *end) of whole chunks inside free
+ * block b; false if there is none. */
+bool xsa_pages_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end);
+/* Merges unmapped block u with unmapped neighbours. */
+void xsa_pages_merge_unmapped(xsa_pool *p, xsa_block *u);
+
 /* expand.c */
 xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                  xsa_block **out, char *err, size_t errlen);
-/* Unmaps the whole pages inside free block b, splitting it around them. */
-xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
 
 /* stats.c: the highest allocated bytes seen, peak resets notwithstanding. */
 int64_t xsa_pool_allocated_high(const xsa_pool *p);
@@ -237,25 +290,6 @@ void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);
 xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait);
 /* Pool teardown: unmaps every old address without waiting. */
 void xsa_recycle_destroy(xsa_pool *p);
-/* Destroys an expandable segment with no mapped page. If the driver refuses
- * to free its reservation, the segment stays (empty) and false is returned:
- * the next release tries again. */
-bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
-/* The accounting of pages that segment s gained (sign +1) or lost (-1),
- * called after the change: `moved` between segments, `created` new or
- * released (device allocations and frees). */
-void xsa_expand_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign);
-/* Makes pages [lo, hi) of free block b a block of their own (b, out of the
- * free set); the rest of b stays free around it. Host OOM leaves b as it was. */
-xsa_pool_status xsa_expand_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintptr_t hi, char *err, size_t errlen);
-/* Puts b (mapped, not in use, out of the free set) back in the cache,
- * merged with free neighbours. */
-void xsa_expand_return_free(xsa_pool *p, xsa_block *b);
-/* The largest range of pages [*first, *end) of whole chunks inside free
- * block b; false if there is none. */
-bool xsa_expand_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end);
-/* Merges unmapped block u with unmapped neighbours. */
-void xsa_expand_merge_unmapped(xsa_pool *p, xsa_block *u);
 
 /* ipc.c: whether exportable pages work on the device (attribute and a
  * trial cuMemCreate); drops the exports seen closed or revoked, returning

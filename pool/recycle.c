@@ -74,7 +74,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
                         size_t *n_chunks) {
     xsa_seg *s = b->seg;
     size_t page = p->page_size, first, end, lo, start, n = 0;
-    if (!xsa_expand_whole_chunks(p, b, &first, &end)) return 0;
+    if (!xsa_pages_whole_chunks(p, b, &first, &end)) return 0;
     for (lo = end; lo > first; lo = start) {
         size_t len = xsa_segment_chunk(&s->vm, lo - 1, &start);
         if (n + len > want) break;
@@ -88,7 +88,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
         free(d);
         return 0;
     }
-    if (xsa_expand_isolate(p, b, s->base + lo * page, s->base + end * page, err, sizeof err) != XSA_POOL_OK) {
+    if (xsa_pages_isolate(p, b, s->base + lo * page, s->base + end * page, err, sizeof err) != XSA_POOL_OK) {
         xsa_events_put_event(&p->events, d->event);
         free(d);
         return 0;
@@ -97,7 +97,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
         chunks[(*n_chunks)++] = (xsa_chunk){s->vm.handles[c], s->vm.chunk_pages[c]};
     b->draining = true;
     s->draining_pages += n;
-    xsa_expand_account(p, s, n, 0, -1);
+    xsa_pages_account(p, s, n, 0, -1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, b->ptr, b->size, b->size, s->stream);
     d->block = b;
     d->next = p->drains;
@@ -156,8 +156,8 @@ void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark) {
         p->drains = d->next;
         b->draining = false;
         b->seg->draining_pages -= pages_of(p, b);
-        xsa_expand_account(p, b->seg, pages_of(p, b), 0, +1);
-        xsa_expand_return_free(p, b);
+        xsa_pages_account(p, b->seg, pages_of(p, b), 0, +1);
+        xsa_pages_return_free(p, b);
         forget(p, d);
     }
 }
@@ -170,7 +170,7 @@ static xsa_cu_result finish(xsa_pool *p, xsa_drain *d) {
     b->seg->draining_pages -= pages_of(p, b);
     b->draining = false;
     b->mapped = false;
-    xsa_expand_merge_unmapped(p, b);
+    xsa_pages_merge_unmapped(p, b);
     return XSA_CU_SUCCESS;
 }
 

@@ -38,7 +38,7 @@ xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
 
 /* Releases what can be released of free block b (which is in the free set). */
 static xsa_pool_status release_free_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
-    if (b->seg->expandable) return xsa_expand_unmap_block(p, b, err, errlen);
+    if (b->seg->expandable) return xsa_pages_unmap_block(p, b, err, errlen);
     xsa_cu_result r = xsa_block_is_split(b) ? XSA_CU_SUCCESS : xsa_release_classic_block(p, b);
     if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
     xsa_pool_driver_error(p, "cuMemFree", r, err, errlen);
@@ -68,7 +68,7 @@ static xsa_pool_status release_kind(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind 
 static void drop_empty_segments(xsa_pool *p, const xsa_mempool *mp) {
     for (xsa_seg *s = p->segments, *next; s; s = next) {
         next = s->next_seg;
-        if (s->mp == mp && s->expandable && s->vm.mapped_pages == 0) xsa_expand_destroy_segment(p, s);
+        if (s->mp == mp && s->expandable && s->vm.mapped_pages == 0) xsa_pages_destroy_segment(p, s);
     }
 }
 
