@@ -86,6 +86,7 @@ xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, 
         return NULL;
     }
     s->mp = mp;
+    s->set = &mp->free[kind];
     s->kind = kind;
     s->stream = stream;
     return s;
@@ -163,7 +164,6 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     xsa_tally(&t, keep, +1);
     xsa_inactive_split_change(p, kind, t);
     p->live_blocks--;
-    keep->seg->mp->live--;
     xsa_stats_sub(p->stats.active, kind, 1);
     xsa_stats_sub(p->stats.active_bytes, kind, (int64_t)original);
 }

@@ -45,6 +45,15 @@ void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp) {
     free_record(mp);
 }
 
+bool xsa_mempool_in_use(const xsa_pool *p, const xsa_mempool *mp) {
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if (s->mp != mp) continue;
+        for (const xsa_block *b = s->first; b; b = b->next)
+            if (xsa_block_in_use(b)) return true;
+    }
+    return false;
+}
+
 xsa_mempool *xsa_mempool_route(xsa_pool *p, xsa_stream stream) {
     for (int i = 0; i < p->n_routes; i++) { /* oldest first, as PyTorch's captures_underway */
         const xsa_route *r = &p->routes[i];

@@ -181,7 +181,6 @@ static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
     b->requested = requested;
     xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
     p->live_blocks++;
-    b->seg->mp->live++;
     xsa_stats_add(p->stats.allocation, kind, 1);
     xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);
     xsa_stats_add(p->stats.active, kind, 1);
@@ -394,6 +393,14 @@ static xsa_pool_status wait_for_uses(xsa_pool *p, xsa_block *b, char *err, size_
     return XSA_POOL_DRIVER_ERROR;
 }
 
+/* A block of released memory pool mp was freed: if it was the last, the
+ * pool's memory goes back (a failure leaves it to empty_cache; the free
+ * has succeeded). Out of line: the hot path only tests use_count. */
+static __attribute__((noinline, cold)) void free_released(xsa_pool *p, xsa_mempool *mp) {
+    char ignored[256];
+    if (!p->capturing && !xsa_mempool_in_use(p, mp)) xsa_release_mempool(p, mp, ignored, sizeof ignored);
+}
+
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
     xsa_block *b = xsa_ptr_map_remove(&p->allocated, (uintptr_t)ptr);
     if (!b) return bad_pointer(p, "xsa_free", ptr, err, errlen);
@@ -419,12 +426,7 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
     else if (b->event_count == 0 && !b->capture_deferred)
         xsa_pool_free_block(p, b);
     XSA_OBSERVE(p, XSA_OBS_FREE_END, kind, (uintptr_t)ptr, requested, size, stream);
-    /* The last block of a released memory pool: its memory goes back (a
-     * failure leaves it to empty_cache; this free has succeeded). */
-    if (__builtin_expect(xsa_mempool_released(mp), 0) && mp->live == 0 && !p->capturing) {
-        char ignored[256];
-        xsa_release_mempool(p, mp, ignored, sizeof ignored);
-    }
+    if (__builtin_expect(xsa_mempool_released(mp), 0)) free_released(p, mp);
     return XSA_POOL_OK;
 }
 

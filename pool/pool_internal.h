@@ -36,7 +36,6 @@
 typedef struct xsa_mempool {
     xsa_mempool_id id;
     int use_count;             /* creates and begins, less releases; 0: released (global: always 1) */
-    size_t live;               /* its blocks allocated or pending free */
     size_t segments;           /* its segments */
     xsa_free_set free[XSA_POOL_KINDS];
     struct xsa_mempool *next;
@@ -55,6 +54,7 @@ typedef struct xsa_route {
  * expandable segment (one per memory pool, stream and pool kind). */
 typedef struct xsa_seg {
     xsa_mempool *mp;
+    xsa_free_set *set;         /* mp->free[kind]: one load on the hot paths */
     xsa_pool_kind kind;
     xsa_stream stream;
     bool expandable;
@@ -168,7 +168,7 @@ static inline void xsa_stats_sub(xsa_stat *stat_by_type, xsa_pool_kind kind, int
 }
 
 /* The free set of block b's memory pool and kind. */
-static inline xsa_free_set *xsa_free_set_of(const xsa_block *b) { return &b->seg->mp->free[b->seg->kind]; }
+static inline xsa_free_set *xsa_free_set_of(const xsa_block *b) { return b->seg->set; }
 
 /* inactive_split counts the free split blocks of classic segments only, as
  * PyTorch's does: the free pages of an expandable segment can always be
@@ -224,6 +224,9 @@ xsa_mempool *xsa_mempool_find(xsa_pool *p, xsa_mempool_id id);
 xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id);
 /* Unlinks and frees a memory pool that has no segment left. */
 void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp);
+/* Does a block of mp's segments hold memory in use? (A scan: asked only
+ * of released pools, so that the hot paths keep no count.) */
+bool xsa_mempool_in_use(const xsa_pool *p, const xsa_mempool *mp);
 /* The memory pool an allocation on `stream` goes to (routes are set). */
 xsa_mempool *xsa_mempool_route(xsa_pool *p, xsa_stream stream);
 /* The route to mp, or -1. */
