@@ -360,6 +360,39 @@ static void test_capture_in_classic_mode(void **state) {
     teardown(p);
 }
 
+/* Page recycling moves pages with an event fence (recorded and queried):
+ * not during a capture. */
+static void test_no_page_moves_during_capture(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling_at_once);
+    release(p, alloc(p, 8 * MiB, S0)); /* 4 free pages of the global pool */
+    uint64_t records = calls(XSA_DRV_event_record), queries = calls(XSA_DRV_event_query);
+    begin(p, G1, S1, true);
+    void *g = alloc(p, 8 * MiB, S1);
+    assert_int_equal(stats(p).num_pages_recycled, 0);
+    assert_int_equal(calls(XSA_DRV_event_record), records);
+    assert_int_equal(calls(XSA_DRV_event_query), queries);
+    release(p, g);
+    end(p, G1);
+    /* The same growth outside a capture takes them. */
+    begin(p, G2, S1, false);
+    void *h = alloc(p, 8 * MiB, S1);
+    assert_int_equal(stats(p).num_pages_recycled, 4);
+    release(p, h);
+    end(p, G2);
+    /* Their old addresses wait for S0's work: a growth during a capture
+     * does not query its event to unmap them. */
+    queries = calls(XSA_DRV_event_query);
+    begin(p, G1, S1, true);
+    void *k = alloc(p, 16 * MiB, S1);
+    assert_int_equal(calls(XSA_DRV_event_query), queries);
+    release(p, k);
+    end(p, G1);
+    drop(p, G1);
+    drop(p, G2);
+    teardown(p);
+}
+
 /* ---- released pools ---- */
 
 static void release_returns_memory(bool expandable) {
@@ -417,6 +450,7 @@ int main(void) {
         cmocka_unit_test(test_cross_stream_free_deferred_while_capturing),
         cmocka_unit_test(test_no_event_query_during_capture),
         cmocka_unit_test(test_recycling_and_empty_cache_leave_live_pools_alone),
+        cmocka_unit_test(test_no_page_moves_during_capture),
         cmocka_unit_test(test_release_of_empty_pool_returns_memory),
         cmocka_unit_test(test_capture_in_classic_mode),
     };
