@@ -1,8 +1,10 @@
 /*
  * api/allocator: the public C API over one pool per device.
  *
- * Design: initialisation (explicit, or lazy from XSALLOC_CONF on the first
- * call) parses the configuration, picks the driver, counts devices and
+ * Design: initialisation (explicit, or lazy on the first call from the first
+ * of XSALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF that is set)
+ * parses the configuration, names the PyTorch keys it cannot honour on
+ * stderr (one line), picks the driver, counts devices and
  * starts the lag probe if XSALLOC_LAG_PROBE names a file (api/lag_probe.h). A
  * device's pool is created on its first use. Each device has its own lock.
  * A pointer's pool (lock_owner): with one device, that device's; else the
@@ -39,6 +41,8 @@ static struct {
     xsa_driver *drv;
     const char *forced_driver; /* xsa_use_driver */
     xsa_config config;
+    const char *conf_source; /* see xsa_api_conf_source */
+    char *conf_text;         /* a copy: the environment may change */
     int devices;
     device_slot slot[XSA_MAX_DEVICES];
 } g = {.init_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -72,10 +76,10 @@ static xsa_driver *pick_driver(void) {
 
 /* Called with init_lock held. */
 static xsa_status init_locked(const char *conf) {
-    const char *text = conf ? conf : getenv("XSALLOC_CONF");
+    const char *text = conf, *source = conf ? "xsa_init" : xsa_config_env(&text);
     char why[1024];
     if (!xsa_config_parse(text, &g.config, why, sizeof why))
-        return xsa_fail(XSA_ERROR_CONFIG, "%s %s", conf ? "configuration:" : "XSALLOC_CONF:", why);
+        return xsa_fail(XSA_ERROR_CONFIG, "%s: %s", conf ? "configuration" : source, why);
     xsa_driver *d = pick_driver();
     if (!d) return XSA_ERROR_NO_DRIVER;
     xsa_cu_result r = XSA_DRV(d, init);
@@ -84,8 +88,18 @@ static xsa_status init_locked(const char *conf) {
     if (r != XSA_CU_SUCCESS)
         return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: initialisation failed: %s", d->name, d->error_string(r));
     if (count <= 0) return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: no device", d->name);
+    char *copy = text ? strdup(text) : NULL;
+    if (text && !copy) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_init: out of host memory");
     xsa_status st = xsa_lag_probe_start(getenv("XSALLOC_LAG_PROBE"), d);
-    if (st != XSA_SUCCESS) return st;
+    if (st != XSA_SUCCESS) {
+        free(copy);
+        return st;
+    }
+    if (g.config.ignored[0])
+        fprintf(stderr, "xsalloc: %s: ignoring %s (xsalloc cannot honour these PyTorch keys; api/CONFIG.md says why)\n",
+                conf ? "configuration" : source, g.config.ignored);
+    g.conf_source = source;
+    g.conf_text = copy;
     g.drv = d;
     g.devices = count < XSA_MAX_DEVICES ? count : XSA_MAX_DEVICES;
     for (int i = 0; i < g.devices; i++) {
@@ -131,6 +145,9 @@ xsa_status xsa_shutdown(void) {
         xsa_ranges_clear();
         xsa_observe_shutdown();
         atomic_store(&g.ready, false);
+        free(g.conf_text);
+        g.conf_text = NULL;
+        g.conf_source = NULL;
         g.drv = NULL;
         g.devices = 0;
     }
@@ -246,6 +263,11 @@ xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool
 void xsa_api_unlock(int device) { unlock_pool(device); }
 
 const xsa_pool_options *xsa_api_options(void) { return &g.config.pool; }
+
+const char *xsa_api_conf_source(const char **text) {
+    *text = g.conf_text;
+    return g.conf_source;
+}
 
 xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
     if (!ptr) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_malloc: ptr is NULL");

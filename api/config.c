@@ -71,6 +71,10 @@
  * backend:cudaMallocAsync / hipMallocAsync                         |          | REJECTED: xsalloc is itself the allocator
  * any other key                  |                                 |          | REJECTED (unknown key)
  *
+ * The keys marked "accepted and ignored" are listed in xsa_config.ignored, so
+ * that the allocator can name them (it prints them on stderr, one line at
+ * initialisation): a PyTorch setting is never dropped silently.
+ *
  * (1) PyTorch drops its allocator mutex around cudaMalloc; xsalloc's locking
  *     is its own. Only lock contention can differ, never results.
  * (2) Settings of PyTorch's pinned host-memory allocator, which xsalloc does
@@ -485,6 +489,17 @@ static int parse_roundup(parser *ps, span key, span val, bool is_list, span inne
     return 1;
 }
 
+/* Appends `key` to cfg->ignored; returns 1. Each key appears once and the
+ * ignored keys' names are short, so the room is always enough. */
+static int note_ignored(xsa_config *cfg, span key) {
+    size_t len = strlen(cfg->ignored), sep = len ? 2 : 0;
+    if (len + sep + key.n + 1 > sizeof cfg->ignored) return 1;
+    memcpy(cfg->ignored + len, ", ", sep);
+    memcpy(cfg->ignored + len + sep, key.b, key.n);
+    cfg->ignored[len + sep + key.n] = '\0';
+    return 1;
+}
+
 static int apply(parser *ps, key_id id, span key, span val, bool is_list, span inner, xsa_config *cfg) {
     xsa_pool_options *o = &cfg->pool;
     bool ignored_bool;
@@ -556,27 +571,28 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
             return bad_value(ps, key, val, "is not supported", "20 (xsalloc's large segment size is fixed at 20 MiB)");
         return 1;
 
-    /* Accepted, validated as PyTorch does, and ignored (see the table). */
+    /* Accepted, validated as PyTorch does, ignored (see the table) and named. */
     case K_RELEASE_LOCK_ON_CUDAMALLOC:
     case K_PINNED_USE_CUDA_HOST_REGISTER:
     case K_PINNED_USE_BACKGROUND_THREADS:
     case K_PINNED_FREE_CATCH_ALL:
     case K_GRAPH_CAPTURE_RECORD_STREAM_REUSE:
-    case K_THROW_ON_CUDAMALLOC_OOM: return get_bool(ps, key, val, &ignored_bool);
+    case K_THROW_ON_CUDAMALLOC_OOM: return get_bool(ps, key, val, &ignored_bool) && note_ignored(cfg, key);
 
     case K_PINNED_NUM_REGISTER_THREADS: {
         const char *acc = "a power of two from 1 to 128";
         if (!get_u64(ps, key, val, acc, &u)) return 0;
         if (!is_pow2(u)) return bad_value(ps, key, val, "is not a power of two", acc);
         if (u > PINNED_MAX_REGISTER_THREADS) return bad_value(ps, key, val, "is too large", acc);
-        return 1;
+        return note_ignored(cfg, key);
     }
     case K_PINNED_RESERVE_SEGMENT_SIZE_MB:
         if (!get_u64(ps, key, val, "an integer number of MiB > 0", &u)) return 0;
         if (u == 0) return bad_value(ps, key, val, "is too small", "an integer number of MiB > 0");
-        return 1;
+        return note_ignored(cfg, key);
     case K_PINNED_MAX_ROUND_THRESHOLD_MB:
-    case K_PINNED_MAX_CACHED_SIZE_MB: return get_u64(ps, key, val, "an integer number of MiB", &u);
+    case K_PINNED_MAX_CACHED_SIZE_MB:
+        return get_u64(ps, key, val, "an integer number of MiB", &u) && note_ignored(cfg, key);
 
     case K_EXPANDABLE_SEGMENTS_RESERVE:
     case K_EXPANDABLE_SEGMENTS_RESERVE_BY_CLASS:
@@ -592,6 +608,13 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_COUNT: break;
     }
     return fail(ps, "key '%s': internal error (no parser)", show(key).s);
+}
+
+const char *xsa_config_env(const char **text) {
+    static const char *const names[] = {"XSALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*text = getenv(names[i])) != NULL) return names[i];
+    return NULL;
 }
 
 #define ACCEPT_KEYS                                                                                        \

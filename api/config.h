@@ -6,6 +6,10 @@
  *   "max_split_size_mb:512, roundup_power2_divisions:[256:1,512:2,>:8]"
  * The grammar, every key, and what is accepted, ignored or rejected are
  * documented at the top of config.c and in api/CONFIG.md.
+ *
+ * Without a string, the settings come from the first of XSALLOC_CONF,
+ * PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF that is set (xsa_config_env),
+ * so that settings written for PyTorch apply unchanged.
  */
 #ifndef XSA_API_CONFIG_H
 #define XSA_API_CONFIG_H
@@ -14,9 +18,22 @@
 
 #include "pool/options.h"
 
+/* Room for the names of every key accepted and ignored, comma-separated. */
+#define XSA_CONFIG_IGNORED_MAX 512
+
 typedef struct xsa_config {
     xsa_pool_options pool; /* from pool/options.h */
+    /* The PyTorch keys given that xsalloc accepts but cannot honour (the
+     * "accepted and ignored" rows of config.c's table), as written, joined
+     * by ", "; "" when none. */
+    char ignored[XSA_CONFIG_IGNORED_MAX];
 } xsa_config;
+
+/* The environment variable the settings come from: the first of
+ * XSALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF that is set (an
+ * empty value counts: it means all defaults, as in PyTorch), with its value
+ * in *text; NULL with *text = NULL when none is set. */
+const char *xsa_config_env(const char **text);
 
 /* Parses `text` (NULL, "" or only whitespace = all defaults). On error
  * returns 0 and writes one sentence to err (when err is not NULL and errlen

@@ -24,6 +24,11 @@ xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool
 void xsa_api_unlock(int device);
 /* The configuration in use (initialised). */
 const xsa_pool_options *xsa_api_options(void);
+/* Where it came from (initialised): "xsa_init" for the string given to
+ * xsa_init, else the environment variable's name (api/config.h's
+ * xsa_config_env), or NULL when none was set; *text gets the string (NULL
+ * with NULL). */
+const char *xsa_api_conf_source(const char **text);
 
 /* api/summary.c: the summary text of `stats` (malloc'd; NULL if out of
  * host memory). */

@@ -143,7 +143,12 @@ static void emit_reservations(xsa_emitter *e, int device, const xsa_pool_snapsho
 
 static void emit_settings(xsa_emitter *e) {
     const xsa_pool_options *o = xsa_api_options();
+    const char *conf, *source = xsa_api_conf_source(&conf);
     xsa_emit_dict(e);
+    /* PyTorch's key for the settings string in use, whichever variable
+     * gave it; then xsalloc's: which one ("none" when none was set). */
+    xsa_emit_key(e, "PYTORCH_CUDA_ALLOC_CONF"), xsa_emit_str(e, conf ? conf : "");
+    xsa_emit_key(e, "conf_source"), xsa_emit_str(e, source ? source : "none");
     xsa_emit_key(e, "expandable_segments"), xsa_emit_bool(e, o->expandable_segments);
     xsa_emit_key(e, "page_recycling"), xsa_emit_bool(e, o->page_recycling);
     xsa_emit_key(e, "max_split_size"), xsa_emit_int(e, o->max_split_size == SIZE_MAX ? -1 : (int64_t)o->max_split_size);

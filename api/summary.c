@@ -1,7 +1,9 @@
 /*
  * api/summary: xsa_memory_summary, the table of torch.cuda.memory_summary()
  * with the same lines, widths and unit rules, so that eyes and scripts used
- * to PyTorch's read it unchanged. Only the title says xsalloc (same width).
+ * to PyTorch's read it unchanged. Only the title says xsalloc (same width),
+ * and one line after the table says where the settings came from
+ * (XSALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF or xsa_init).
  *
  * PyTorch's unit rules: a byte column steps to the next unit (B, KiB, MiB,
  * ...) while the reference value is >= 768 units, dividing with floor; a
@@ -162,6 +164,8 @@ char *xsa_format_summary(const xsa_device_stats *s, int device, int abbreviated)
     return format(s, NULL, device, abbreviated);
 }
 
+/* The table (with the memory pools' table), then one line saying where the
+ * settings came from. */
 xsa_status xsa_memory_summary(int device, int abbreviated, char **out) {
     if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_memory_summary: out is NULL");
     xsa_pool *p;
@@ -173,8 +177,18 @@ xsa_status xsa_memory_summary(int device, int abbreviated, char **out) {
     xsa_pool_get_stats(p, &stats);
     bool ok = xsa_pool_snapshot_take(p, &snap) == XSA_POOL_OK;
     xsa_api_unlock(device);
-    *out = ok ? format(&stats, &snap, device, abbreviated) : NULL;
+    char *table = ok ? format(&stats, &snap, device, abbreviated) : NULL, *text = NULL;
     if (ok) xsa_pool_snapshot_free(&snap);
-    if (!*out) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_memory_summary: out of host memory");
+    const char *conf, *source = xsa_api_conf_source(&conf);
+    int n = -1;
+    if (table && !source)
+        n = asprintf(&text, "%sxsalloc settings: all defaults (XSALLOC_CONF, PYTORCH_ALLOC_CONF and "
+                            "PYTORCH_CUDA_ALLOC_CONF are unset)\n", table);
+    else if (table)
+        n = asprintf(&text, "%sxsalloc settings from %s: \"%s\"%s\n", table, source, conf,
+                     conf[0] ? "" : " (all defaults)");
+    free(table);
+    if (n < 0) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_memory_summary: out of host memory");
+    *out = text;
     return xsa_ok();
 }

@@ -11,8 +11,10 @@
  * on an error, xsa_last_error() gives a sentence (thread local) that stays
  * valid until the next xsalloc call on this thread.
  *
- * Initialisation is lazy: the first call initialises from XSALLOC_CONF. Call
- * xsa_init() first to pass a configuration string instead.
+ * Initialisation is lazy: the first call initialises from the first of the
+ * environment variables XSALLOC_CONF, PYTORCH_ALLOC_CONF and
+ * PYTORCH_CUDA_ALLOC_CONF that is set. Call xsa_init() first to pass a
+ * configuration string instead.
  */
 #ifndef XSALLOC_H
 #define XSALLOC_H
@@ -55,9 +57,12 @@ XSA_API xsa_status xsa_use_driver(const char *name);
 /* Name of the driver in use ("cuda" or "sim"); initialises if needed. */
 XSA_API const char *xsa_driver_name(void);
 
-/* Initialises from `conf` (PYTORCH_CUDA_ALLOC_CONF syntax), or from the
- * environment variable XSALLOC_CONF when conf is NULL. Fails with
- * XSA_ERROR_ALREADY_INITIALIZED if initialised (call xsa_shutdown first). */
+/* Initialises from `conf` (PYTORCH_CUDA_ALLOC_CONF syntax), or, when conf is
+ * NULL, from the first of XSALLOC_CONF, PYTORCH_ALLOC_CONF and
+ * PYTORCH_CUDA_ALLOC_CONF that is set (none: all defaults). PyTorch keys that
+ * xsalloc accepts but cannot honour are named in one line on stderr
+ * (api/CONFIG.md). Fails with XSA_ERROR_ALREADY_INITIALIZED if initialised
+ * (call xsa_shutdown first). */
 XSA_API xsa_status xsa_init(const char *conf);
 /* Frees every cached block, returns all memory to the driver and forgets the
  * configuration. Live allocations are released too (their pointers become
@@ -293,11 +298,14 @@ XSA_API xsa_status xsa_check_invariants(int device);
 XSA_API void xsa_free_buffer(void *buffer);
 
 /* torch.cuda.memory_summary()'s table for `device`, same rows, columns and
- * byte and count formatting (only the title names xsalloc). abbreviated != 0
- * leaves out the "from large pool" / "from small pool" rows. When memory
- * pools hold segments, xsalloc adds a table of them below: per pool id its
- * segments, reserved, allocated and active bytes. *out: a NUL-terminated
- * string. */
+ * byte and count formatting (only the title names xsalloc); when memory
+ * pools hold segments, xsalloc adds a table of them below (per pool id its
+ * segments, reserved, allocated and active bytes); then one line saying
+ * where the settings came from: `xsalloc settings from VARIABLE: "TEXT"`
+ * (VARIABLE: XSALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, or
+ * xsa_init for its string), or `xsalloc settings: all defaults (...)`.
+ * abbreviated != 0 leaves out the "from large pool" / "from small pool"
+ * rows. *out: a NUL-terminated string. */
 XSA_API xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
 
 /* A snapshot of every device, with the structure of PyTorch's
@@ -308,7 +316,10 @@ XSA_API xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
  * "inactive", frames), "device_traces" (one list per device: the recorded
  * events, see xsa_record_history, with PyTorch's action names and keys
  * action, addr (device_free for oom), size, stream, time_us,
- * compile_context, user_metadata, frames), "allocator_settings" and
+ * compile_context, user_metadata, frames), "allocator_settings" (the
+ * settings in use, with PyTorch's "PYTORCH_CUDA_ALLOC_CONF": the settings
+ * string, whichever variable gave it, and "conf_source": XSALLOC_CONF,
+ * PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, xsa_init or none) and
  * "external_annotations" (empty). As in PyTorch, an expandable segment
  * appears as one segment per mapped range; xsalloc adds
  * "expandable_segments": per reservation its device, address,

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/config.h"
 #include "api/pytorch.h"
 #include "api/xsalloc.h"
 #include "benchmarks/timing.h"
@@ -183,7 +184,9 @@ int main(int argc, char **argv) {
      * there, so the simulator shows the same driver calls. */
     bool sim = strcmp(xsa_driver_name(), "sim") == 0;
     if (sim) xsa_sim_set_eager_events(1);
-    const char *env = getenv("XSALLOC_CONF"), *shown = conf ? conf : env ? env : "";
+    const char *env;
+    xsa_config_env(&env); /* the variable xsalloc read its settings from */
+    const char *shown = conf ? conf : env ? env : "";
     double pair[3], slots[3], ghz = core_ghz();
     int64_t pair_misses, slots_misses;
     measure(run_pair, &b, pair, &pair_misses);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/config.h"
 #include "benchmarks/replay_lib.h"
 #include "benchmarks/timing.h"
 #include "benchmarks/trace.h"
@@ -145,7 +146,8 @@ static int run(const args *a, const char *trace_path, FILE *series) {
         return 1;
     }
     if (chatty) fprintf(stderr, "replay: done in %.2f s\n", now_s() - t0);
-    const char *env_conf = getenv("XSALLOC_CONF");
+    const char *env_conf;
+    xsa_config_env(&env_conf); /* the variable xsalloc read its settings from */
     trace_name(trace_path, name, sizeof name);
     print_json(name, a->conf ? a->conf : env_conf ? env_conf : "", &r);
     return 0;

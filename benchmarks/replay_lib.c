@@ -306,7 +306,8 @@ xsa_replay_session *xsa_replay_open(const xsa_replay_options *o, char *err, size
     }
     st = xsa_init(o->conf);
     if (st != XSA_SUCCESS) {
-        fail_call(err, errlen, st, "xsa_init('%s')", o->conf ? o->conf : "$XSALLOC_CONF");
+        /* With NULL, the message names the environment variable read. */
+        fail_call(err, errlen, st, "xsa_init(%s%s%s)", o->conf ? "'" : "", o->conf ? o->conf : "NULL", o->conf ? "'" : "");
         free(s);
         return NULL;
     }

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/config.h"
 #include "api/xsalloc.h"
 #include "benchmarks/replay_lib.h"
 #include "benchmarks/svg_plot.h"
@@ -160,10 +161,15 @@ static int soak_trace(const options *o, const xsa_trace *t, const char *name, pa
 #define ROW "| %-22s | %6s | %10s | %10s | %10s | %13s | %9s | %9s | %12s | %5s |\n"
 
 static void print_header(const options *o) {
+    const char *env, *source = xsa_config_env(&env);
+    char conf[512];
+    if (o->conf) snprintf(conf, sizeof conf, "conf \"%s\"", o->conf);
+    else if (source) snprintf(conf, sizeof conf, "%s \"%s\"", source, env);
+    else snprintf(conf, sizeof conf, "default conf");
     printf("\nSoak: each trace replayed %d times back to back in one xsalloc instance (driver: %s, GPU lag %" PRId64
-           ", conf \"%s\")\nGB = 1e9 bytes; peaks per pass (reset between passes); host heap = glibc mallinfo2 "
+           ", %s)\nGB = 1e9 bytes; peaks per pass (reset between passes); host heap = glibc mallinfo2 "
            "uordblks after the pass, MB = 1e6 bytes\n\n",
-           o->passes, o->driver ? o->driver : "default", o->lag, o->conf ? o->conf : "$XSALLOC_CONF");
+           o->passes, o->driver ? o->driver : "default", o->lag, conf);
     printf(ROW, "trace", "passes", "peak alloc", "resv 1st", "resv last", "resv max 2nd+", "heap 1st", "heap last",
            "segments 1/N", "viol.");
     printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "--------", "------------",

@@ -2,7 +2,8 @@
  * config_test: the XSALLOC_CONF parser (api/config): defaults, every key's
  * valid forms and whitespace, every bad form (the message must name the key
  * and the value and say what is accepted), duplicates, the structural errors,
- * and roundup_power2_divisions' list rules checked interval by interval.
+ * roundup_power2_divisions' list rules checked interval by interval, the
+ * PyTorch keys named as not honoured, and which environment variable is read.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <locale.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/config.h"
@@ -257,43 +259,43 @@ static void test_roundup_single(void **state) {
 static void test_roundup_list_basic(void **state) {
     (void)state;
     const size_t want[N] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 8, 8, 8, 8, 8, 8};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[256:1,512:2,>:8]").pool}, want);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[256:1,512:2,>:8]").pool}, want);
     /* Whitespace everywhere, and one trailing comma inside the list. */
-    assert_divs(&(xsa_config){parse_ok(" roundup_power2_divisions : [ 256 : 1 ,\t512:2 , > : 8 ] ").pool}, want);
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[256:1,512:2,>:8,]").pool}, want);
+    assert_divs(&(xsa_config){.pool = parse_ok(" roundup_power2_divisions : [ 256 : 1 ,\t512:2 , > : 8 ] ").pool}, want);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[256:1,512:2,>:8,]").pool}, want);
 }
 
 static void test_roundup_list_fill_rules(void **state) {
     (void)state;
     /* No fill forward between entries (PyTorch): 7, 8, 9 stay 0. */
     const size_t gap[N] = {8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 4, 0, 0, 0, 0, 0};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[64:8,1024:4]").pool}, gap);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[64:8,1024:4]").pool}, gap);
     /* PyTorch's own header example. */
     const size_t hdr[N] = {8, 8, 8, 8, 8, 8, 8, 0, 4, 0, 4, 1, 1, 1, 1, 1};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[64:8,256:4,1024:4,>:1]").pool}, hdr);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[64:8,256:4,1024:4,>:1]").pool}, hdr);
     /* Size 1 MiB is interval 0: nothing before it to fill. */
     const size_t one[N] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[1:2]").pool}, one);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[1:2]").pool}, one);
     /* '>' right after interval 0 fills 1..15. */
     const size_t one_gt[N] = {2, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[1:2,>:4]").pool}, one_gt);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[1:2,>:4]").pool}, one_gt);
     /* The last interval (32768 MiB = 2^15); '>' after it sets nothing. */
     const size_t last[N] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[32768:4,>:2]").pool}, last);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[32768:4,>:2]").pool}, last);
     /* A size past 32768 MiB is clamped to interval 15. */
     const size_t clamp[N] = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 1};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[2:16,4:16,8:16,16:16,32:16,64:16,128:16,256:16,"
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[2:16,4:16,8:16,16:16,32:16,64:16,128:16,256:16,"
                                        "512:16,1024:16,2048:16,4096:16,8192:16,16384:16,65536:1]")
                                   .pool},
                 clamp);
     /* 0 switches rounding off in an interval. */
     const size_t zero[N] = {0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[2:0,4:16]").pool}, zero);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[2:0,4:16]").pool}, zero);
     const size_t gt0[N] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[256:8,>:0]").pool}, gt0);
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[256:8,>:0]").pool}, gt0);
     /* Every interval set explicitly. */
     const size_t all[N] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
-    assert_divs(&(xsa_config){parse_ok("roundup_power2_divisions:[1:1,2:2,4:4,8:8,16:16,32:32,64:64,128:128,"
+    assert_divs(&(xsa_config){.pool = parse_ok("roundup_power2_divisions:[1:1,2:2,4:4,8:8,16:16,32:32,64:64,128:128,"
                                        "256:256,512:512,1024:1024,2048:2048,4096:4096,8192:8192,16384:16384,"
                                        "32768:32768]")
                                   .pool},
@@ -436,11 +438,85 @@ static void test_ignored_keys_accept(void **state) {
         "throw_on_cudamalloc_oom:False",
         "throw_on_cudamalloc_oom:True",
     };
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) assert_default_text(ok[i]);
-    /* All together, with a real setting among them. */
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        assert_default_text(ok[i]);
+        /* Named, as written (aliases too), so that none is dropped silently. */
+        xsa_config c = parse_ok(ok[i]);
+        size_t key_len = (size_t)(strchr(ok[i], ':') - ok[i]);
+        assert_int_equal(strlen(c.ignored), key_len);
+        assert_memory_equal(c.ignored, ok[i], key_len);
+    }
+    /* All together, with a real setting among them: only the ignored ones are
+     * named, in the order given. */
     xsa_config c = parse_ok("release_lock_on_cudamalloc:True, pinned_use_cuda_host_register:True, "
                             "pinned_num_register_threads:8, max_split_size_mb:40, pinned_use_background_threads:True");
     assert_int_equal(c.pool.max_split_size, 40 * MIB);
+    assert_string_equal(c.ignored, "release_lock_on_cudamalloc, pinned_use_cuda_host_register, "
+                                   "pinned_num_register_threads, pinned_use_background_threads");
+}
+
+/* Every ignored key at once, aliases first: the list has room for all. */
+static void test_ignored_keys_all_named(void **state) {
+    (void)state;
+    xsa_config c = parse_ok("release_lock_on_hipmalloc:True, pinned_use_hip_host_register:True, "
+                            "pinned_num_register_threads:8, pinned_use_background_threads:True, "
+                            "pinned_reserve_segment_size_mb:64, pinned_max_round_threshold_mb:0, "
+                            "pinned_max_cached_size_mb:1, pinned_free_catch_all:False, "
+                            "graph_capture_record_stream_reuse:True, throw_on_cudamalloc_oom:True");
+    assert_string_equal(c.ignored, "release_lock_on_hipmalloc, pinned_use_hip_host_register, "
+                                   "pinned_num_register_threads, pinned_use_background_threads, "
+                                   "pinned_reserve_segment_size_mb, pinned_max_round_threshold_mb, "
+                                   "pinned_max_cached_size_mb, pinned_free_catch_all, "
+                                   "graph_capture_record_stream_reuse, throw_on_cudamalloc_oom");
+}
+
+/* Keys xsalloc honours (or that match what it does) are not named. */
+static void test_honoured_keys_not_named(void **state) {
+    (void)state;
+    xsa_config c = parse_ok("expandable_segments:False, max_split_size_mb:64, max_non_split_rounding_mb:40, "
+                            "roundup_power2_divisions:4, garbage_collection_threshold:0.6, "
+                            "per_process_memory_fraction:0.5, backend:native, large_segment_size_mb:20");
+    assert_string_equal(c.ignored, "");
+}
+
+/* ---- where the settings come from ---- */
+
+static const char *const conf_vars[] = {"XSALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"};
+
+static void unset_conf_vars(void) {
+    for (int i = 0; i < 3; i++) unsetenv(conf_vars[i]);
+}
+
+static void expect_env(const char *name, const char *value) {
+    const char *text = "not touched";
+    const char *got = xsa_config_env(&text);
+    if (!name) {
+        assert_null(got);
+        assert_null(text);
+        return;
+    }
+    assert_non_null(got);
+    assert_string_equal(got, name);
+    assert_string_equal(text, value);
+}
+
+static void test_config_env_order(void **state) {
+    (void)state;
+    unset_conf_vars();
+    expect_env(NULL, NULL);
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64", 1);
+    expect_env("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64");
+    setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:128", 1);
+    expect_env("PYTORCH_ALLOC_CONF", "max_split_size_mb:128"); /* the newer name wins, as in PyTorch */
+    setenv("XSALLOC_CONF", "page_recycling:False", 1);
+    expect_env("XSALLOC_CONF", "page_recycling:False");
+    /* Set but empty counts (all defaults), as PyTorch treats its own. */
+    setenv("XSALLOC_CONF", "", 1);
+    expect_env("XSALLOC_CONF", "");
+    unsetenv("XSALLOC_CONF");
+    setenv("PYTORCH_ALLOC_CONF", "", 1);
+    expect_env("PYTORCH_ALLOC_CONF", "");
+    unset_conf_vars();
 }
 
 static void test_ignored_keys_validate(void **state) {
@@ -545,6 +621,7 @@ static void test_everything(void **state) {
     assert_divs(&c, want);
     assert_true(c.pool.garbage_collection_threshold == 0.6);
     assert_true(c.pool.memory_fraction == 0.75);
+    assert_string_equal(c.ignored, "release_lock_on_cudamalloc, pinned_use_cuda_host_register, pinned_num_register_threads");
     /* A later parse starts from the defaults again. */
     assert_default_text("");
 }
@@ -569,6 +646,9 @@ int main(void) {
         cmocka_unit_test(test_large_segment_size_mb),
         cmocka_unit_test(test_ignored_keys_accept),
         cmocka_unit_test(test_ignored_keys_validate),
+        cmocka_unit_test(test_ignored_keys_all_named),
+        cmocka_unit_test(test_honoured_keys_not_named),
+        cmocka_unit_test(test_config_env_order),
         cmocka_unit_test(test_rejected_keys),
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_duplicates),

@@ -18,4 +18,7 @@ void xsa_fixture_expect_sim_empty(void) {
     assert_int_equal(u.reservations, 0);
     assert_int_equal(u.mem_allocs, 0);
     assert_int_equal(u.events, 0);
+    assert_int_equal(u.captures, 0);
+    assert_int_equal(u.graphs, 0);
+    assert_int_equal(u.graph_execs, 0);
 }

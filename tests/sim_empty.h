@@ -1,7 +1,7 @@
 /*
  * sim_empty: the check every test ends with, at pool or API level: the
  * simulated driver was handed everything back (no handle, mapped byte,
- * reservation, cuMemAlloc or event left).
+ * reservation, cuMemAlloc, event, capture or graph left).
  */
 #ifndef XSA_TESTS_SIM_EMPTY_H
 #define XSA_TESTS_SIM_EMPTY_H

@@ -20,7 +20,10 @@ void xsa_fixture_use_sim(int devices, size_t capacity) {
     c.capacity = capacity;
     assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
     assert_int_equal(xsa_use_driver("sim"), XSA_SUCCESS);
+    /* Lazy initialisation reads the first of these that is set. */
     unsetenv("XSALLOC_CONF");
+    unsetenv("PYTORCH_ALLOC_CONF");
+    unsetenv("PYTORCH_CUDA_ALLOC_CONF");
 }
 
 void xsa_fixture_shutdown_and_expect_empty(void) {

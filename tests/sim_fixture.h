@@ -13,7 +13,7 @@
 
 /* xsa_shutdown, then the simulated driver with `devices` devices of
  * `capacity` bytes (other settings default) chosen for the next init, with
- * XSALLOC_CONF unset. */
+ * XSALLOC_CONF, PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF unset. */
 void xsa_fixture_use_sim(int devices, size_t capacity);
 
 /* xsa_shutdown, then xsa_fixture_expect_sim_empty (tests/sim_empty.h). */

@@ -4,7 +4,8 @@
  * must print exactly testdata/summary_synthetic.txt, which
  * tests/gpu/summary_format_check.py checks against PyTorch's own
  * memory_summary; a scripted sequence on the simulated driver must print
- * testdata/summary_scripted.txt.
+ * testdata/summary_scripted.txt. The line after the table names where the
+ * settings came from, which the snapshot's allocator_settings say too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -151,10 +152,60 @@ static void test_scripted_sequence_matches_golden(void **state) {
     xsa_shutdown();
 }
 
+/* The summary's last line, and the snapshot's allocator_settings, after a
+ * lazy initialisation from the environment as it stands. */
+static void expect_source(const char *line, const char *json_source, const char *json_conf) {
+    char *text = NULL, *json = NULL;
+    OK(xsa_memory_summary(0, 1, &text));
+    const char *last = text + strlen(text) - 1; /* the final '\n' */
+    while (last > text && last[-1] != '\n') last--;
+    assert_string_equal(last, line);
+    assert_non_null(strstr(text, "|===")); /* the table is still there */
+    OK(xsa_snapshot_json(&json));
+    char want[512];
+    snprintf(want, sizeof want, "\"PYTORCH_CUDA_ALLOC_CONF\":\"%s\",\"conf_source\":\"%s\"", json_conf, json_source);
+    if (!strstr(json, want)) fail_msg("the snapshot lacks %s: %s", want, json);
+    xsa_free_buffer(text);
+    xsa_free_buffer(json);
+    xsa_shutdown();
+}
+
+static void test_settings_source(void **state) {
+    (void)state;
+    xsa_fixture_use_sim(1, (size_t)1 << 30);
+    expect_source("xsalloc settings: all defaults (XSALLOC_CONF, PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF "
+                  "are unset)\n",
+                  "none", "");
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64", 1);
+    expect_source("xsalloc settings from PYTORCH_CUDA_ALLOC_CONF: \"max_split_size_mb:64\"\n",
+                  "PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64");
+    setenv("PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.5", 1);
+    expect_source("xsalloc settings from PYTORCH_ALLOC_CONF: \"garbage_collection_threshold:0.5\"\n",
+                  "PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.5");
+    setenv("XSALLOC_CONF", "", 1);
+    expect_source("xsalloc settings from XSALLOC_CONF: \"\" (all defaults)\n", "XSALLOC_CONF", "");
+    /* The settings really are the variable's. */
+    setenv("XSALLOC_CONF", "max_split_size_mb:40", 1);
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.max_split_size, 40 * MiB);
+    /* A bad value is reported under the variable's name. */
+    xsa_shutdown();
+    setenv("XSALLOC_CONF", "max_split_size_mb:x", 1);
+    assert_int_equal(xsa_get_stats(0, &s), XSA_ERROR_CONFIG);
+    assert_non_null(strstr(xsa_last_error(), "XSALLOC_CONF: key 'max_split_size_mb'"));
+    unsetenv("XSALLOC_CONF");
+    setenv("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+    assert_int_equal(xsa_get_stats(0, &s), XSA_ERROR_CONFIG);
+    assert_non_null(strstr(xsa_last_error(), "PYTORCH_ALLOC_CONF: key 'backend'"));
+    xsa_fixture_use_sim(1, (size_t)1 << 30); /* unsets them */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic_stats_match_golden),
         cmocka_unit_test(test_scripted_sequence_matches_golden),
+        cmocka_unit_test(test_settings_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

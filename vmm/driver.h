@@ -34,11 +34,21 @@ enum {
     XSA_CU_ERROR_INVALID_CONTEXT = 201,
     XSA_CU_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
     XSA_CU_ERROR_INVALID_HANDLE = 400,
+    XSA_CU_ERROR_ILLEGAL_STATE = 401,
+    XSA_CU_ERROR_LOSSY_QUERY = 402,
     XSA_CU_ERROR_NOT_FOUND = 500,
     XSA_CU_ERROR_NOT_READY = 600,
     XSA_CU_ERROR_ILLEGAL_ADDRESS = 700,
     XSA_CU_ERROR_NOT_PERMITTED = 800,
     XSA_CU_ERROR_NOT_SUPPORTED = 801,
+    XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    XSA_CU_ERROR_STREAM_CAPTURE_MERGE = 902,
+    XSA_CU_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+    XSA_CU_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+    XSA_CU_ERROR_STREAM_CAPTURE_ISOLATION = 905,
+    XSA_CU_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+    XSA_CU_ERROR_CAPTURED_EVENT = 907,
     XSA_CU_ERROR_UNKNOWN = 999,
 };
 
@@ -47,6 +57,16 @@ typedef uint64_t xsa_devptr;          /* CUdeviceptr */
 typedef uint64_t xsa_mem_handle;      /* CUmemGenericAllocationHandle */
 typedef void *xsa_stream;             /* CUstream; NULL is the legacy default stream */
 typedef void *xsa_event;              /* CUevent */
+typedef void *xsa_graph;              /* CUgraph */
+typedef void *xsa_graph_exec;         /* CUgraphExec */
+typedef void *xsa_graph_node;         /* CUgraphNode */
+
+/* A stream's capture status (CUstreamCaptureStatus). */
+enum {
+    XSA_CAPTURE_NONE = 0,
+    XSA_CAPTURE_ACTIVE = 1,
+    XSA_CAPTURE_INVALIDATED = 2,
+};
 
 /* Device attributes the library asks for (CUdevice_attribute numbers). */
 enum {
@@ -63,7 +83,10 @@ enum {
     X(mem_map) X(mem_unmap) X(mem_set_access) X(mem_export_fd) X(mem_alloc)  \
     X(mem_free) X(stream_query) X(stream_synchronize) X(event_create)        \
     X(event_record) X(event_query) X(event_synchronize) X(event_destroy)     \
-    X(stream_wait_event) X(mem_import_fd)
+    X(stream_wait_event) X(mem_import_fd) X(stream_begin_capture)              \
+    X(stream_end_capture) X(stream_get_capture_info)                          \
+    X(graph_node_get_dependencies) X(graph_instantiate) X(graph_launch)       \
+    X(graph_exec_destroy) X(graph_destroy)
 
 typedef enum {
 #define XSA_DRV_ENUM(name) XSA_DRV_##name,
@@ -119,6 +142,33 @@ typedef struct xsa_driver {
      * the memory is on, in this process's numbering. The fd stays the
      * caller's; the handle is released with mem_release. */
     xsa_cu_result (*mem_import_fd)(xsa_mem_handle *handle, int fd, int device);
+    /*
+     * Stream capture (CUDA graphs). The real driver has these from CUDA
+     * 12.3 on; an older one gives CUDA_ERROR_NOT_SUPPORTED from each.
+     * begin_capture captures in global mode (CU_STREAM_CAPTURE_MODE_GLOBAL,
+     * what torch.cuda.graph uses by default).
+     */
+    xsa_cu_result (*stream_begin_capture)(xsa_stream stream);
+    /* Ends the capture begun on `stream`; *graph is the graph, or NULL
+     * when the capture failed (invalidated, unjoined fork). */
+    xsa_cu_result (*stream_end_capture)(xsa_stream stream, xsa_graph *graph);
+    /* cuStreamGetCaptureInfo: *status (XSA_CAPTURE_*, required); when
+     * ACTIVE, *id (unique in the process) and the nodes the next work
+     * captured on the stream will depend on, its terminal nodes: *deps
+     * points to *n nodes (a driver-owned array, valid until the next call
+     * on the stream). id, deps and n may be NULL. A dependency with edge
+     * data (programmatic edges) gives CUDA_ERROR_LOSSY_QUERY: no ordering
+     * can be read from it. */
+    xsa_cu_result (*stream_get_capture_info)(xsa_stream stream, int *status, uint64_t *id,
+                                             const xsa_graph_node **deps, size_t *n);
+    /* cuGraphNodeGetDependencies: deps NULL: *n = the count; else fills up
+     * to *n entries (the rest NULL) and sets *n to the number written.
+     * Valid on the graph of a capture under way too. */
+    xsa_cu_result (*graph_node_get_dependencies)(xsa_graph_node node, xsa_graph_node *deps, size_t *n);
+    xsa_cu_result (*graph_instantiate)(xsa_graph_exec *exec, xsa_graph graph);
+    xsa_cu_result (*graph_launch)(xsa_graph_exec exec, xsa_stream stream);
+    xsa_cu_result (*graph_exec_destroy)(xsa_graph_exec exec);
+    xsa_cu_result (*graph_destroy)(xsa_graph graph);
     /* Never fails: unknown codes give a generic text. */
     const char *(*error_string)(xsa_cu_result result);
 

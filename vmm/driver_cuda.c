@@ -9,7 +9,8 @@
  * that a NULL stream means what the table says. cuda.h gives the types only;
  * each function pointer has the type of cuda.h's own prototype. Setup runs
  * once (pthread_once) and its outcome, table or sentence, is kept for every
- * later call. Entry points that name a device make that device's primary
+ * later call; the stream-capture entry points alone are optional (graphs
+ * need CUDA 12.3, the rest of the library does not). Entry points that name a device make that device's primary
  * context current first; each primary context is retained once, on first
  * use, and kept for the life of the process. Under xsa_cuda_ctx_watch the
  * context this replaces is remembered first, for xsa_cuda_ctx_restore.
@@ -26,6 +27,10 @@
 _Static_assert(sizeof(CUdeviceptr) == sizeof(xsa_devptr), "CUdeviceptr is 64-bit");
 _Static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(xsa_mem_handle),
                "CUmemGenericAllocationHandle is 64-bit");
+_Static_assert(sizeof(CUgraphNode) == sizeof(xsa_graph_node), "a graph node is a pointer");
+_Static_assert((int)CU_STREAM_CAPTURE_STATUS_ACTIVE == XSA_CAPTURE_ACTIVE &&
+                   (int)CU_STREAM_CAPTURE_STATUS_INVALIDATED == XSA_CAPTURE_INVALIDATED,
+               "capture statuses are CUDA's");
 
 /* Entry points with the CUDA version of the variant called. Names that
  * cuda.h maps to _v2 (cuMemGetInfo, cuMemAlloc, ...) are asked for by their
@@ -66,13 +71,28 @@ _Static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(xsa_mem_handle),
     X(cuStreamWaitEvent, 3020)                                                 \
     X(cuMemImportFromShareableHandle, 10020)
 
+/* Stream capture: optional, so that a driver older than CUDA 12.3 (the
+ * first with the edge-data variants cuda.h declares) still runs everything
+ * but graphs; the table's capture entries say NOT_SUPPORTED there. */
+#define CUDA_CAPTURE_ENTRIES(X)                                                \
+    X(cuStreamBeginCapture, 10010)                                             \
+    X(cuStreamEndCapture, 10000)                                               \
+    X(cuStreamGetCaptureInfo, 12030)                                           \
+    X(cuGraphNodeGetDependencies, 12030)                                       \
+    X(cuGraphInstantiateWithFlags, 11040)                                      \
+    X(cuGraphLaunch, 10000)                                                    \
+    X(cuGraphExecDestroy, 10000)                                               \
+    X(cuGraphDestroy, 10000)
+
 /* Member names go through cuda.h's _v2 macros like the prototypes do, so
  * cu.cuMemGetInfo is a pointer of cuMemGetInfo_v2's type. */
 static struct {
 #define CUDA_MEMBER(name, version) __typeof__(name) *name;
     CUDA_ENTRIES(CUDA_MEMBER)
+    CUDA_CAPTURE_ENTRIES(CUDA_MEMBER)
 #undef CUDA_MEMBER
 } cu;
+static bool capture_ok; /* every CUDA_CAPTURE_ENTRIES entry resolved */
 
 typedef CUresult (*get_proc_v2_fn)(const char *, void **, int, cuuint64_t,
                                    CUdriverProcAddressQueryResult *);
@@ -88,7 +108,9 @@ static CUdevice *devices;            /* ordinal -> CUdevice */
 static _Atomic(CUcontext) *primary;  /* ordinal -> retained primary context */
 static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int resolve(void *lib, const char *name, int version, void **fn) {
+/* Resolves one entry point; a failure is explained in setup_error only
+ * when `required`. */
+static int resolve(void *lib, const char *name, int version, void **fn, bool required) {
     get_proc_v2_fn get_v2 = (get_proc_v2_fn)dlsym(lib, "cuGetProcAddress_v2");
     get_proc_v1_fn get_v1 = get_v2 ? NULL : (get_proc_v1_fn)dlsym(lib, "cuGetProcAddress");
     if (!get_v2 && !get_v1) {
@@ -102,6 +124,8 @@ static int resolve(void *lib, const char *name, int version, void **fn) {
     CUresult r = get_v2 ? get_v2(name, fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status)
                         : get_v1(name, fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
     if (r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS && *fn) return 1;
+    *fn = NULL;
+    if (!required) return 0;
     snprintf(setup_error, sizeof setup_error,
              "libcuda.so.1 has no entry point %s at CUDA version %d.%d (%s).", name,
              version / 1000, version % 1000 / 10,
@@ -123,9 +147,14 @@ static void setup(void) {
         return;
     }
 #define CUDA_RESOLVE(name, version)                                            \
-    if (!resolve(lib, #name, version, (void **)&cu.name)) return;
+    if (!resolve(lib, #name, version, (void **)&cu.name, true)) return;
     CUDA_ENTRIES(CUDA_RESOLVE)
 #undef CUDA_RESOLVE
+    capture_ok = true;
+#define CUDA_RESOLVE_CAPTURE(name, version)                                    \
+    capture_ok &= resolve(lib, #name, version, (void **)&cu.name, false);
+    CUDA_CAPTURE_ENTRIES(CUDA_RESOLVE_CAPTURE)
+#undef CUDA_RESOLVE_CAPTURE
 
     CUresult r = cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
@@ -396,6 +425,70 @@ static xsa_cu_result cuda_mem_import_fd(xsa_mem_handle *handle, int fd, int devi
     return r;
 }
 
+/* ---- stream capture ----------------------------------------------------- */
+
+static xsa_cu_result cuda_stream_begin_capture(xsa_stream stream) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    return cu.cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+static xsa_cu_result cuda_stream_end_capture(xsa_stream stream, xsa_graph *graph) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    CUgraph g = NULL;
+    CUresult r = cu.cuStreamEndCapture((CUstream)stream, &g);
+    *graph = g;
+    return r;
+}
+
+/* No edge-data out-parameter: the driver then refuses (LOSSY_QUERY) rather
+ * than hand over edges whose ordering the caller would misread. */
+static xsa_cu_result cuda_stream_get_capture_info(xsa_stream stream, int *status, uint64_t *id,
+                                                  const xsa_graph_node **deps, size_t *n) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t cid = 0;
+    const CUgraphNode *nodes = NULL;
+    size_t count = 0;
+    CUresult r = cu.cuStreamGetCaptureInfo((CUstream)stream, &st, &cid, NULL, deps ? &nodes : NULL, NULL, &count);
+    if (r != CUDA_SUCCESS) return r;
+    *status = (int)st;
+    if (id) *id = cid;
+    if (deps) *deps = (const xsa_graph_node *)nodes;
+    if (n) *n = count;
+    return CUDA_SUCCESS;
+}
+
+static xsa_cu_result cuda_graph_node_get_dependencies(xsa_graph_node node, xsa_graph_node *deps, size_t *n) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    return cu.cuGraphNodeGetDependencies((CUgraphNode)node, (CUgraphNode *)deps, NULL, n);
+}
+
+static xsa_cu_result cuda_graph_instantiate(xsa_graph_exec *exec, xsa_graph graph) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!exec) return CUDA_ERROR_INVALID_VALUE;
+    CUgraphExec e = NULL;
+    CUresult r = cu.cuGraphInstantiateWithFlags(&e, (CUgraph)graph, 0);
+    if (!r) *exec = e;
+    return r;
+}
+
+static xsa_cu_result cuda_graph_launch(xsa_graph_exec exec, xsa_stream stream) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    return cu.cuGraphLaunch((CUgraphExec)exec, (CUstream)stream);
+}
+
+static xsa_cu_result cuda_graph_exec_destroy(xsa_graph_exec exec) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    return cu.cuGraphExecDestroy((CUgraphExec)exec);
+}
+
+static xsa_cu_result cuda_graph_destroy(xsa_graph graph) {
+    if (!capture_ok) return CUDA_ERROR_NOT_SUPPORTED;
+    return cu.cuGraphDestroy((CUgraph)graph);
+}
+
 /* "NAME: description", built once per code and kept (codes are < 1000);
  * a code out of that range is formatted into a per-thread buffer. */
 enum { ERROR_CACHE = 1024 };
@@ -456,5 +549,13 @@ static xsa_driver cuda_table = {
     .event_destroy = cuda_event_destroy,
     .stream_wait_event = cuda_stream_wait_event,
     .mem_import_fd = cuda_mem_import_fd,
+    .stream_begin_capture = cuda_stream_begin_capture,
+    .stream_end_capture = cuda_stream_end_capture,
+    .stream_get_capture_info = cuda_stream_get_capture_info,
+    .graph_node_get_dependencies = cuda_graph_node_get_dependencies,
+    .graph_instantiate = cuda_graph_instantiate,
+    .graph_launch = cuda_graph_launch,
+    .graph_exec_destroy = cuda_graph_exec_destroy,
+    .graph_destroy = cuda_graph_destroy,
     .error_string = cuda_error_string,
 };

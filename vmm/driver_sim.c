@@ -2,7 +2,8 @@
  * vmm/driver_sim: the simulated driver's table, configuration, fault
  * injection, physical handles, reservations, mappings and cuMemAlloc
  * allocations (controls in sim.h; streams, events and kernels are in
- * sim_timeline.c, usage and the invariant checker in sim_check.c).
+ * sim_timeline.c, stream capture and graphs in sim_capture.c, usage and
+ * the invariant checker in sim_check.c).
  *
  * Design: one global mutex guards all state; every entry point takes it,
  * applies the default configuration on first use, counts the call for fault
@@ -71,7 +72,7 @@ static bool config_valid(const xsa_sim_config *c) {
 }
 
 static bool anything_live(void) {
-    return S.live_handles || S.resv.n || S.allocs.n || S.live_events;
+    return S.live_handles || S.resv.n || S.allocs.n || S.live_events || xsa_sim_cap_live();
 }
 
 /* Forgets the device files (nothing lives in them). */
@@ -556,6 +557,9 @@ static xsa_cu_result set_access(xsa_devptr ptr, size_t size, const int *devices,
 /* ---- classic allocations ----------------------------------------------- */
 
 static xsa_cu_result mem_alloc(xsa_devptr *ptr, size_t size, int device) {
+    /* Refused during a global-mode capture, which it invalidates (H100). */
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuMemAlloc");
+    if (r != XSA_CU_SUCCESS) return r;
     if (!ptr || size == 0) return XSA_CU_ERROR_INVALID_VALUE;
     if (!device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
     size_t rounded = (size + SIM_ALLOC_ROUND - 1) & ~(SIM_ALLOC_ROUND - 1);
@@ -585,6 +589,8 @@ sim_alloc *xsa_sim_alloc_holding(uintptr_t p, size_t size) {
 }
 
 static xsa_cu_result mem_free(xsa_devptr ptr) {
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuMemFree"); /* it may synchronize the device */
+    if (r != XSA_CU_SUCCESS) return r;
     size_t i;
     FIND_BELOW(S.allocs, (uintptr_t)ptr, i);
     if (i == S.allocs.n || S.allocs.v[i].base != ptr) return XSA_CU_ERROR_INVALID_VALUE;
@@ -612,11 +618,21 @@ static const char *error_string(xsa_cu_result r) {
     case XSA_CU_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT: invalid device context";
     case XSA_CU_ERROR_PEER_ACCESS_UNSUPPORTED: return "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: peer access is not supported between these two devices";
     case XSA_CU_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE: invalid resource handle";
+    case XSA_CU_ERROR_ILLEGAL_STATE: return "CUDA_ERROR_ILLEGAL_STATE: the operation cannot be performed in the present state";
+    case XSA_CU_ERROR_LOSSY_QUERY: return "CUDA_ERROR_LOSSY_QUERY: attempted introspection would yield a misleading summary";
     case XSA_CU_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND: named symbol not found";
     case XSA_CU_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY: device not ready";
     case XSA_CU_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered";
     case XSA_CU_ERROR_NOT_PERMITTED: return "CUDA_ERROR_NOT_PERMITTED: operation not permitted";
     case XSA_CU_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED: operation not supported";
+    case XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: operation not permitted when stream is capturing";
+    case XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: operation failed due to a previous error during capture";
+    case XSA_CU_ERROR_STREAM_CAPTURE_MERGE: return "CUDA_ERROR_STREAM_CAPTURE_MERGE: operation would result in a merge of separate capture sequences";
+    case XSA_CU_ERROR_STREAM_CAPTURE_UNMATCHED: return "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: capture was not ended in the same stream as it began";
+    case XSA_CU_ERROR_STREAM_CAPTURE_UNJOINED: return "CUDA_ERROR_STREAM_CAPTURE_UNJOINED: capturing stream has unjoined work";
+    case XSA_CU_ERROR_STREAM_CAPTURE_ISOLATION: return "CUDA_ERROR_STREAM_CAPTURE_ISOLATION: dependency created on uncaptured work in another stream";
+    case XSA_CU_ERROR_STREAM_CAPTURE_IMPLICIT: return "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: operation would make the legacy stream depend on a capturing blocking stream";
+    case XSA_CU_ERROR_CAPTURED_EVENT: return "CUDA_ERROR_CAPTURED_EVENT: operation not permitted on an event last recorded in a capturing stream";
     case XSA_CU_ERROR_UNKNOWN: return "CUDA_ERROR_UNKNOWN: unknown error";
     default: return "unrecognized CUDA error code";
     }
@@ -644,15 +660,23 @@ static xsa_cu_result sim_mem_set_access(xsa_devptr p, size_t s, const int *d, in
 static xsa_cu_result sim_mem_export_fd(int *fd, xsa_mem_handle h) { GUARDED(mem_export_fd, export_fd(fd, h)); }
 static xsa_cu_result sim_mem_alloc(xsa_devptr *p, size_t s, int d) { GUARDED(mem_alloc, mem_alloc(p, s, d)); }
 static xsa_cu_result sim_mem_free(xsa_devptr p) { GUARDED(mem_free, mem_free(p)); }
-static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, xsa_sim_tl_stream_query(s)); }
-static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, xsa_sim_tl_stream_synchronize(s)); }
+static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, xsa_sim_cap_stream_query(s)); }
+static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, xsa_sim_cap_stream_synchronize(s)); }
 static xsa_cu_result sim_event_create(xsa_event *e, int d) { GUARDED(event_create, xsa_sim_tl_event_create(e, d)); }
-static xsa_cu_result sim_event_record(xsa_event e, xsa_stream s) { GUARDED(event_record, xsa_sim_tl_event_record(e, s)); }
-static xsa_cu_result sim_event_query(xsa_event e) { GUARDED(event_query, xsa_sim_tl_event_query(e)); }
-static xsa_cu_result sim_event_synchronize(xsa_event e) { GUARDED(event_synchronize, xsa_sim_tl_event_synchronize(e)); }
-static xsa_cu_result sim_event_destroy(xsa_event e) { GUARDED(event_destroy, xsa_sim_tl_event_destroy(e)); }
-static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, xsa_sim_tl_stream_wait_event(s, e)); }
+static xsa_cu_result sim_event_record(xsa_event e, xsa_stream s) { GUARDED(event_record, xsa_sim_cap_event_record(e, s)); }
+static xsa_cu_result sim_event_query(xsa_event e) { GUARDED(event_query, xsa_sim_cap_event_query(e)); }
+static xsa_cu_result sim_event_synchronize(xsa_event e) { GUARDED(event_synchronize, xsa_sim_cap_event_synchronize(e)); }
+static xsa_cu_result sim_event_destroy(xsa_event e) { GUARDED(event_destroy, xsa_sim_cap_event_destroy(e)); }
+static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, xsa_sim_cap_stream_wait_event(s, e)); }
 static xsa_cu_result sim_mem_import_fd(xsa_mem_handle *h, int fd, int d) { GUARDED(mem_import_fd, import_fd(h, fd, d)); }
+static xsa_cu_result sim_stream_begin_capture(xsa_stream s) { GUARDED(stream_begin_capture, xsa_sim_cap_begin(s)); }
+static xsa_cu_result sim_stream_end_capture(xsa_stream s, xsa_graph *g) { GUARDED(stream_end_capture, xsa_sim_cap_end(s, g)); }
+static xsa_cu_result sim_stream_get_capture_info(xsa_stream s, int *st, uint64_t *id, const xsa_graph_node **d, size_t *n) { GUARDED(stream_get_capture_info, xsa_sim_cap_info(s, st, id, d, n)); }
+static xsa_cu_result sim_graph_node_get_dependencies(xsa_graph_node nd, xsa_graph_node *d, size_t *n) { GUARDED(graph_node_get_dependencies, xsa_sim_cap_node_deps(nd, d, n)); }
+static xsa_cu_result sim_graph_instantiate(xsa_graph_exec *e, xsa_graph g) { GUARDED(graph_instantiate, xsa_sim_cap_instantiate(e, g)); }
+static xsa_cu_result sim_graph_launch(xsa_graph_exec e, xsa_stream s) { GUARDED(graph_launch, xsa_sim_cap_graph_launch(e, s)); }
+static xsa_cu_result sim_graph_exec_destroy(xsa_graph_exec e) { GUARDED(graph_exec_destroy, xsa_sim_cap_exec_destroy(e)); }
+static xsa_cu_result sim_graph_destroy(xsa_graph g) { GUARDED(graph_destroy, xsa_sim_cap_graph_destroy(g)); }
 
 static xsa_driver sim_table = {
     .name = "sim",
@@ -685,6 +709,14 @@ static xsa_driver sim_table = {
     .event_destroy = sim_event_destroy,
     .stream_wait_event = sim_stream_wait_event,
     .mem_import_fd = sim_mem_import_fd,
+    .stream_begin_capture = sim_stream_begin_capture,
+    .stream_end_capture = sim_stream_end_capture,
+    .stream_get_capture_info = sim_stream_get_capture_info,
+    .graph_node_get_dependencies = sim_graph_node_get_dependencies,
+    .graph_instantiate = sim_graph_instantiate,
+    .graph_launch = sim_graph_launch,
+    .graph_exec_destroy = sim_graph_exec_destroy,
+    .graph_destroy = sim_graph_destroy,
     .error_string = error_string,
 };
 

@@ -53,6 +53,46 @@
  *   3. bad_launches: a kernel on memory that is not mapped with access
  *      granted (or outside every cuMemAlloc allocation): the launch returns
  *      CUDA_ERROR_ILLEGAL_ADDRESS and queues nothing.
+ *   4. failed_captures: a capture invalidated, or ended with a fork not
+ *      joined back (below).
+ *
+ * Stream capture (sim_capture.c), global mode, as on the H100 (driver
+ * 580) where measured and on the strict side of CUDA's documented rules
+ * where not:
+ *   - stream_begin_capture starts a capture (a unique id, a new graph) on a
+ *     stream; the legacy stream (NULL) cannot capture. While a stream
+ *     captures, its work runs nowhere: a kernel (xsa_sim_launch) becomes a
+ *     graph node depending on the stream's terminal nodes and becomes the
+ *     one terminal; an event record takes the terminals (the event is
+ *     "captured"); a wait on a captured event adds the event's terminals to
+ *     the stream's, and a stream outside any capture that waits on one
+ *     joins the capture with them, as in CUDA. Captured work is not
+ *     checked against memory: only a replay is.
+ *   - Refused while a capture is under way, each invalidating it: a query
+ *     or synchronize of a captured event (CUDA_ERROR_CAPTURED_EVENT) or of
+ *     a capturing stream, and any event or stream query or synchronize
+ *     and cuMemFree (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: the calls
+ *     global mode forbids). A capturing stream waiting on an event recorded
+ *     outside it is CUDA_ERROR_STREAM_CAPTURE_ISOLATION (invalidates too).
+ *     After the capture, an event last recorded in it stays captured:
+ *     querying, synchronizing or waiting on it is CUDA_ERROR_CAPTURED_EVENT
+ *     until it is recorded again. Memory calls (create, map, set access,
+ *     unmap, release, reserve, cuMemAlloc) work during capture.
+ *   - stream_end_capture on the stream that began it ends the capture for
+ *     every stream in it: the graph, or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+ *     after an invalidation, or CUDA_ERROR_STREAM_CAPTURE_UNJOINED when a
+ *     joined stream's terminals are not ancestors of the origin's (no graph
+ *     then). On another stream of the capture: CUDA_ERROR_STREAM_CAPTURE_UNMATCHED.
+ *   - graph_launch of an executable graph replays its nodes, in capture
+ *     order, as kernels on the launch stream's timeline: a node on memory
+ *     not mapped with access is a bad launch (the launch returns
+ *     CUDA_ERROR_ILLEGAL_ADDRESS, the other nodes are queued), an unmap
+ *     under a queued replay and a race with another stream are counted as
+ *     for any kernel, and two nodes of the graph on overlapping addresses,
+ *     neither an ancestor of the other, count a race at every launch.
+ *     Launched on a capturing stream, its nodes join that capture.
+ *   Streams behave as non-blocking ones (PyTorch creates its streams so):
+ *   the legacy stream's implicit synchronization with them is not modelled.
  */
 #ifndef XSA_VMM_SIM_H
 #define XSA_VMM_SIM_H
@@ -120,12 +160,14 @@ XSA_API uint64_t xsa_sim_now(void);
  * outside every cuMemAlloc allocation; CUDA_ERROR_INVALID_VALUE for size
  * 0; CUDA_ERROR_OUT_OF_MEMORY without host memory for the bookkeeping. A
  * test control, not a driver entry point: not counted, never faulted. A
- * race with another stream's kernel is counted, and the kernel queued.
+ * race with another stream's kernel is counted, and the kernel queued. On
+ * a capturing stream: a graph node, unchecked (see stream capture above);
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED if the capture was invalidated.
  */
 XSA_API xsa_cu_result xsa_sim_launch(xsa_stream stream, xsa_devptr ptr, size_t size);
 
 typedef struct xsa_sim_violations {
-    uint64_t unmapped_in_use, races, bad_launches;
+    uint64_t unmapped_in_use, races, bad_launches, failed_captures;
     char first[512];             /* the first violation's sentence; "" if none */
 } xsa_sim_violations;
 
@@ -145,9 +187,26 @@ typedef struct xsa_sim_usage {
     size_t pending_events;      /* recorded and not completed */
     size_t pending_kernels;     /* launched and not completed */
     size_t device_used[XSA_SIM_MAX_DEVICES]; /* physical bytes per device */
+    size_t captures;            /* under way (invalidated ones too) */
+    size_t graphs;              /* being captured, or ended and not destroyed */
+    size_t graph_execs;         /* instantiated and not destroyed */
 } xsa_sim_usage;
 
 XSA_API void xsa_sim_get_usage(xsa_sim_usage *usage);
+
+/* A device range a graph node reads and writes. */
+typedef struct xsa_sim_range {
+    xsa_devptr ptr;
+    size_t size;
+} xsa_sim_range;
+
+/*
+ * The ranges every launch of the executable graph `exec` reads and writes,
+ * one per node in replay order: out[0..min(count, max)). Returns the count
+ * (0 for an unknown or empty graph). For tests: that a replay touches only
+ * memory its pool still owns is checked against the live blocks.
+ */
+XSA_API size_t xsa_sim_graph_exec_ranges(xsa_graph_exec exec, xsa_sim_range *out, size_t max);
 
 /* Devices granted read/write on the page holding ptr (bit d: device d);
  * 0 where nothing is mapped or ptr is in no reservation. */
@@ -156,7 +215,10 @@ XSA_API unsigned xsa_sim_page_access(xsa_devptr ptr);
 /* Invariant checker: handle table, mappings and counters agree; stream
  * queues are ordered by sequence and time and due work has completed;
  * vector clocks name only queued work; kernels' uses name live mappings of
- * live (or released but mapped) handles and allocations. Returns 1 if
+ * live (or released but mapped) handles and allocations; every capturing
+ * stream is in a capture under way whose graph it names, terminals and
+ * node dependencies name earlier nodes of their graph, captured events
+ * have no timeline record. Returns 1 if
  * consistent, else 0 with a sentence in err. */
 XSA_API int xsa_sim_check(char *err, size_t errlen);
 

@@ -33,6 +33,7 @@ void xsa_sim_get_usage(xsa_sim_usage *u) {
         for (size_t k = st->head; k < st->ops.n; k++) u->pending_kernels += st->ops.v[k].kind == OP_KERNEL;
     }
     for (int d = 0; d < S.cfg.devices; d++) u->device_used[d] = S.dev[d].used;
+    xsa_sim_cap_usage(u);
     pthread_mutex_unlock(&xsa_sim_lock);
 }
 
@@ -229,7 +230,7 @@ static int check_events(char *err, size_t errlen) {
 
 static int check_violations(char *err, size_t errlen) {
     const xsa_sim_violations *v = &S.violations;
-    bool any = v->unmapped_in_use || v->races || v->bad_launches;
+    bool any = v->unmapped_in_use || v->races || v->bad_launches || v->failed_captures;
     if (any != (v->first[0] != 0)) return FAIL("violations counted and the first one's sentence disagree");
     return 1;
 }
@@ -249,6 +250,7 @@ int xsa_sim_check(char *err, size_t errlen) {
     ok = ok && check_streams(err, errlen);
     ok = ok && check_events(err, errlen);
     ok = ok && check_violations(err, errlen);
+    ok = ok && xsa_sim_cap_check(err, errlen);
     pthread_mutex_unlock(&xsa_sim_lock);
     free(refs);
     ARRAY_FREE(maps);

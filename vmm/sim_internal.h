@@ -1,12 +1,15 @@
 /*
  * vmm/sim_internal: the state the simulated driver's files share (not an
- * API: only driver_sim.c, sim_timeline.c and sim_check.c include it).
+ * API: only driver_sim.c, sim_timeline.c, sim_capture.c and sim_check.c
+ * include it).
  *
  * Design: one global state `S` guarded by xsa_sim_lock. driver_sim.c owns
  * configuration, fault injection, handles, reservations, mappings and
  * classic allocations; sim_timeline.c owns the streams, events, clock,
- * kernels and their uses of physical memory; sim_check.c reads both for
- * the usage counters and the invariant checker. A kernel's uses hang off
+ * kernels and their uses of physical memory; sim_capture.c sits in front
+ * of the timeline's stream and event calls and keeps its own state (under
+ * the same lock): captures, graphs and executable graphs; sim_check.c reads
+ * them all for the usage counters and the invariant checker. A kernel's uses hang off
  * the physical memory they touch (a handle, or a cuMemAlloc allocation),
  * so that unmapping or freeing memory finds them without a search.
  */
@@ -123,6 +126,8 @@ typedef struct {
     sim_clock clock;   /* [j]: the last work of stream j this one is ordered after */
 } sim_stream;
 
+typedef ARRAY(uint32_t) sim_node_list; /* graph node indices (sim_capture.c) */
+
 typedef struct {
     uint32_t gen;
     bool live;
@@ -130,6 +135,11 @@ typedef struct {
     size_t stream;     /* index in streams, valid when seq != 0 */
     uint64_t seq;      /* 0: never recorded */
     sim_clock clock;   /* its stream's clock at the record, [stream] = seq */
+    /* Last recorded in a capture (sim_capture.c): that capture's id, else
+     * 0 (seq is then 0: the record is no timeline work); cap_deps: the
+     * nodes of its graph that a wait on it depends on. */
+    uint64_t capture;
+    sim_node_list cap_deps;
 } sim_event;
 
 typedef struct {
@@ -187,10 +197,43 @@ xsa_cu_result xsa_sim_tl_stream_wait_event(xsa_stream stream, xsa_event event);
 void xsa_sim_tl_unmapping(sim_reservation *r, size_t first, size_t n);
 void xsa_sim_tl_freeing_alloc(sim_alloc *a);
 void xsa_sim_tl_reset(void);
+/* ... kernels (xsa_sim_launch's work outside capture), events by value,
+ * violations (the first one's sentence is kept) ... */
+/* `what` names the work in a bad launch's sentence ("a kernel launched"). */
+xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what);
+sim_event *xsa_sim_tl_event_lookup(xsa_event event);
+__attribute__((format(printf, 2, 3))) void xsa_sim_tl_violation(uint64_t *count, const char *fmt, ...);
 /* ... and what the checker and the usage counters read. */
 bool xsa_sim_tl_event_pending(const sim_event *ev);
 bool xsa_sim_tl_use_pending(const sim_use *u);
 /* The op of stream st with sequence number seq, or NULL. */
 const sim_op *xsa_sim_tl_find_op(const sim_stream *st, uint64_t seq);
+
+/* sim_capture.c: stream capture. The stream and event entry points go
+ * through it (work on a capturing stream becomes graph nodes; the rest
+ * goes on to the timeline) ... */
+xsa_cu_result xsa_sim_cap_stream_query(xsa_stream stream);
+xsa_cu_result xsa_sim_cap_stream_synchronize(xsa_stream stream);
+xsa_cu_result xsa_sim_cap_event_record(xsa_event event, xsa_stream stream);
+xsa_cu_result xsa_sim_cap_event_query(xsa_event event);
+xsa_cu_result xsa_sim_cap_event_synchronize(xsa_event event);
+xsa_cu_result xsa_sim_cap_event_destroy(xsa_event event);
+xsa_cu_result xsa_sim_cap_stream_wait_event(xsa_stream stream, xsa_event event);
+/* ... a call that synchronizes the device (cuMemFree) is refused while a
+ * capture is under way, and invalidates it ... */
+xsa_cu_result xsa_sim_cap_device_sync(const char *call);
+/* ... its own entry points ... */
+xsa_cu_result xsa_sim_cap_begin(xsa_stream stream);
+xsa_cu_result xsa_sim_cap_end(xsa_stream stream, xsa_graph *graph);
+xsa_cu_result xsa_sim_cap_info(xsa_stream stream, int *status, uint64_t *id, const xsa_graph_node **deps, size_t *n);
+xsa_cu_result xsa_sim_cap_node_deps(xsa_graph_node node, xsa_graph_node *deps, size_t *n);
+xsa_cu_result xsa_sim_cap_instantiate(xsa_graph_exec *exec, xsa_graph graph);
+xsa_cu_result xsa_sim_cap_graph_launch(xsa_graph_exec exec, xsa_stream stream);
+xsa_cu_result xsa_sim_cap_exec_destroy(xsa_graph_exec exec);
+xsa_cu_result xsa_sim_cap_graph_destroy(xsa_graph graph);
+/* ... what configuration and the usage counters read, and its checker. */
+bool xsa_sim_cap_live(void);
+void xsa_sim_cap_usage(xsa_sim_usage *u);
+int xsa_sim_cap_check(char *err, size_t errlen);
 
 #endif

@@ -120,7 +120,7 @@ static xsa_event event_value(uint32_t slot) {
     return (xsa_event)(uintptr_t)(((uint64_t)S.events.v[slot].gen << 32) | (slot + 1));
 }
 
-static sim_event *event_lookup(xsa_event e) {
+sim_event *xsa_sim_tl_event_lookup(xsa_event e) {
     uint64_t v = (uint64_t)(uintptr_t)e, slot = (v & 0xffffffffu) - 1;
     if ((v & 0xffffffffu) == 0 || slot >= S.events.n) return NULL;
     sim_event *ev = &S.events.v[slot];
@@ -170,7 +170,7 @@ xsa_cu_result xsa_sim_tl_event_create(xsa_event *event, int device) {
 /* The record completes with the stream's earlier work; the event takes the
  * stream's clock, plus the record itself. */
 xsa_cu_result xsa_sim_tl_event_record(xsa_event event, xsa_stream stream) {
-    sim_event *ev = event_lookup(event);
+    sim_event *ev = xsa_sim_tl_event_lookup(event);
     if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
     size_t i;
     if (!stream_get(stream, &i)) return XSA_CU_ERROR_OUT_OF_MEMORY;
@@ -184,7 +184,7 @@ xsa_cu_result xsa_sim_tl_event_record(xsa_event event, xsa_stream stream) {
 }
 
 xsa_cu_result xsa_sim_tl_event_query(xsa_event event) {
-    sim_event *ev = event_lookup(event);
+    sim_event *ev = xsa_sim_tl_event_lookup(event);
     if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
     return xsa_sim_tl_event_pending(ev) ? XSA_CU_ERROR_NOT_READY : XSA_CU_SUCCESS;
 }
@@ -192,7 +192,7 @@ xsa_cu_result xsa_sim_tl_event_query(xsa_event event) {
 /* Timeline: the CPU waits for the record; without a time (manual mode) the
  * record and everything before it on its stream are completed. */
 xsa_cu_result xsa_sim_tl_event_synchronize(xsa_event event) {
-    sim_event *ev = event_lookup(event);
+    sim_event *ev = xsa_sim_tl_event_lookup(event);
     if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
     if (!xsa_sim_tl_event_pending(ev)) return XSA_CU_SUCCESS;
     sim_stream *st = &S.streams.v[ev->stream];
@@ -204,7 +204,7 @@ xsa_cu_result xsa_sim_tl_event_synchronize(xsa_event event) {
 
 /* Its record, if pending, stays queued on its stream. */
 xsa_cu_result xsa_sim_tl_event_destroy(xsa_event event) {
-    sim_event *ev = event_lookup(event);
+    sim_event *ev = xsa_sim_tl_event_lookup(event);
     if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
     uint32_t slot = (uint32_t)(ev - S.events.v);
     ARRAY_FREE(ev->clock);
@@ -219,7 +219,7 @@ xsa_cu_result xsa_sim_tl_event_destroy(xsa_event event) {
  * queues nothing: work there completes only by hand anyway. An event never
  * recorded is no wait at all, as in CUDA. */
 xsa_cu_result xsa_sim_tl_stream_wait_event(xsa_stream stream, xsa_event event) {
-    sim_event *ev = event_lookup(event);
+    sim_event *ev = xsa_sim_tl_event_lookup(event);
     if (!ev) return XSA_CU_ERROR_INVALID_HANDLE;
     if (!ev->seq) return XSA_CU_SUCCESS;
     size_t i;
@@ -240,7 +240,7 @@ xsa_cu_result xsa_sim_tl_stream_wait_event(xsa_stream stream, xsa_event event) {
 
 /* ---- violations ------------------------------------------------------------ */
 
-__attribute__((format(printf, 2, 3))) static void violation(uint64_t *count, const char *fmt, ...) {
+void xsa_sim_tl_violation(uint64_t *count, const char *fmt, ...) {
     (*count)++;
     if (S.violations.first[0]) return;
     va_list ap;
@@ -267,7 +267,7 @@ static void drop_mapping_uses(sim_uses *list, uint64_t map_id, uintptr_t va, con
         }
         if (!*reported && xsa_sim_tl_use_pending(&u)) {
             char name[48];
-            violation(&S.violations.unmapped_in_use,
+            xsa_sim_tl_violation(&S.violations.unmapped_in_use,
                       "%s while a kernel queued at tick %llu on %s still uses %#llx (%zu bytes) through it: "
                       "the illegal address an H100 gives",
                       call, (unsigned long long)u.queued, stream_name(u.stream, name, sizeof name),
@@ -355,7 +355,7 @@ static void check_races(const sim_piece *pc, size_t si, uint64_t queued, bool *r
         size_t hi = u->off + u->len < pc->off + pc->len ? u->off + u->len : pc->off + pc->len;
         if (!*raced && u->stream != si && lo < hi && clock_at(&S.streams.v[si].clock, u->stream) < u->seq) {
             char a[48], b[48];
-            violation(&S.violations.races,
+            xsa_sim_tl_violation(&S.violations.races,
                       "race: a kernel queued at tick %llu on %s uses %#llx (%zu bytes) while a kernel queued at "
                       "tick %llu on %s, which it is not ordered after, still uses the same memory",
                       (unsigned long long)queued, stream_name(si, a, sizeof a),
@@ -383,7 +383,7 @@ static size_t pieces(sim_reservation *r, sim_alloc *a, uintptr_t ptr, uintptr_t 
     return n;
 }
 
-static xsa_cu_result launch(xsa_stream stream, xsa_devptr ptr, size_t size) {
+xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what) {
     uintptr_t p = (uintptr_t)ptr, end = p + size;
     if (size == 0 || end < p) return XSA_CU_ERROR_INVALID_VALUE;
     size_t si;
@@ -393,10 +393,10 @@ static xsa_cu_result launch(xsa_stream stream, xsa_devptr ptr, size_t size) {
     uintptr_t bad = r ? first_inaccessible(r, p, end) : a ? 0 : p;
     if (bad) {
         char name[48];
-        violation(&S.violations.bad_launches,
-                  "a kernel launched on %s over [%#llx, %#llx) touches %#llx, which is not mapped with access "
+        xsa_sim_tl_violation(&S.violations.bad_launches,
+                  "%s on %s over [%#llx, %#llx) touches %#llx, which is not mapped with access "
                   "granted: CUDA_ERROR_ILLEGAL_ADDRESS",
-                  stream_name(si, name, sizeof name), (unsigned long long)p, (unsigned long long)end,
+                  what, stream_name(si, name, sizeof name), (unsigned long long)p, (unsigned long long)end,
                   (unsigned long long)bad);
         return XSA_CU_ERROR_ILLEGAL_ADDRESS;
     }
@@ -419,14 +419,6 @@ static xsa_cu_result launch(xsa_stream stream, xsa_devptr ptr, size_t size) {
     }
     free(pcs);
     return XSA_CU_SUCCESS;
-}
-
-xsa_cu_result xsa_sim_launch(xsa_stream stream, xsa_devptr ptr, size_t size) {
-    pthread_mutex_lock(&xsa_sim_lock);
-    xsa_sim_ensure_configured();
-    xsa_cu_result r = launch(stream, ptr, size);
-    pthread_mutex_unlock(&xsa_sim_lock);
-    return r;
 }
 
 /* ---- the clock and the mode ------------------------------------------------------ */

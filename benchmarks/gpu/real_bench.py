@@ -151,6 +151,9 @@ def child(args):
     writes one JSON object to args.out."""
     torch_conf = TORCH_ALLOCS.get(args.alloc)
     use_xsalloc = args.alloc not in TORCH_ALLOCS
+    # torch reads PYTORCH_ALLOC_CONF before PYTORCH_CUDA_ALLOC_CONF, and
+    # xsalloc both after XSALLOC_CONF: none may leak in from the caller.
+    os.environ.pop("PYTORCH_ALLOC_CONF", None)
     os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     os.environ.pop("XSALLOC_LAG_PROBE", None)
     if torch_conf:
@@ -178,7 +181,7 @@ def child(args):
     out = {
         "kind": "result", "workload": args.workload, "alloc": args.alloc, "xsalloc": use_xsalloc,
         "conf": (args.conf or "") if use_xsalloc else (torch_conf or ""), "steps": args.steps,
-        "wall_s": res["wall_s"], "total_s": total, "impl": res["impl"],
+        "wall_s": res["wall_s"], "steady_s": res["steady_s"], "total_s": total, "impl": res["impl"],
         "peak_allocated": optional(torch.cuda.max_memory_allocated),
         "peak_reserved": optional(torch.cuda.max_memory_reserved),
         "device_used_end": device_total - free, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -364,13 +367,29 @@ def ordered(names, first):
     return [n for n in first if n in seen] + [n for n in seen if n not in first]
 
 
+def best_torch(results, workload, key):
+    """The fastest median `key` over PyTorch's own configurations on `workload`."""
+    medians = []
+    for a in TORCH_ALLOCS:
+        vals = [r.get(key) for r in results if r["workload"] == workload and r["alloc"] == a and r["status"] == "ok"]
+        vals = [v for v in vals if v is not None]
+        if vals:
+            medians.append(statistics.median(vals))
+    return min(medians) if medians else None
+
+
+def relative(values, best):
+    values = [v for v in values if v is not None]
+    return f"{statistics.median(values) / best:.3f}x" if values and best else "n/a"
+
+
 def memory_rows(results, workloads, allocs):
     lines = ["| workload | allocator | runs | reserved / allocated | range | peak reserved GB | "
-             "peak allocated GB | wall s | wall / native | pages recycled | pages mapped |",
-             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "peak allocated GB | wall s | wall / best torch | steady s | steady / best torch | "
+             "pages recycled | pages mapped |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w in workloads:
-        native = [r["wall_s"] for r in results if r["workload"] == w and r["alloc"] == "native" and r["status"] == "ok"]
-        native_wall = statistics.median(native) if native else None
+        best_wall, best_steady = best_torch(results, w, "wall_s"), best_torch(results, w, "steady_s")
         for a in allocs:
             rs = [r for r in results if r["workload"] == w and r["alloc"] == a]
             if not rs:
@@ -378,18 +397,19 @@ def memory_rows(results, workloads, allocs):
             ok = [r for r in rs if r["status"] == "ok"]
             runs = f"{len(ok)}" + (f" ({len(rs) - len(ok)} failed)" if len(ok) < len(rs) else "")
             if not ok:
-                lines.append(f"| {w} | {a} | {runs} | failed: {rs[-1]['error']} | | | | | | | |")
+                lines.append(f"| {w} | {a} | {runs} | failed: {rs[-1]['error']} | | | | | | | | | |")
                 continue
             ratios = [ratio_of(r) for r in ok]
             walls = [r["wall_s"] for r in ok]
-            rel = f"{statistics.median(walls) / native_wall:.2f}x" if native_wall else "n/a"
+            steadies = [r.get("steady_s") for r in ok]
             xs = [r["xsalloc_stats"] for r in ok if r.get("xsalloc_stats")]
             recycled = med([s["num_pages_recycled"] for s in xs], "{:.0f}") if xs else ""
             mapped = med([s["num_pages_mapped"] for s in xs], "{:.0f}") if xs else ""
             lines.append(f"| {w} | {a} | {runs} | {med(ratios, '{:.3f}')} | {span(ratios, '{:.3f}')} | "
                          f"{med([r.get('peak_reserved') and r['peak_reserved'] / GB for r in ok], '{:.2f}')} | "
                          f"{med([r.get('peak_allocated') and r['peak_allocated'] / GB for r in ok], '{:.2f}')} | "
-                         f"{med(walls, '{:.2f}')} | {rel} | {recycled} | {mapped} |")
+                         f"{med(walls, '{:.2f}')} | {relative(walls, best_wall)} | "
+                         f"{med(steadies, '{:.2f}')} | {relative(steadies, best_steady)} | {recycled} | {mapped} |")
     return lines
 
 
@@ -437,7 +457,9 @@ def table(rows):
     out += ["", "## Memory and time (GB = 1e9 bytes; median over runs; range: min-max over runs)", "",
             "reserved / allocated = peak reserved / peak allocated bytes of the whole process (1.000: no memory",
             "held beyond the worst moment's live bytes); wall s = the steps, model building excluded;",
-            "wall / native = against PyTorch's native allocator on the same workload.", ""]
+            "steady s = the steps after the first quarter (where memory comes from the driver);",
+            "/ best torch = against the fastest of PyTorch's configurations run (native, expandable,",
+            "async) on the same workload, medians.", ""]
     out += memory_rows(results, workloads, allocs)
     lag = lag_rows(results, workloads, allocs)
     if len(lag) > 2:

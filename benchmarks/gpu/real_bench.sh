@@ -9,14 +9,14 @@
 #     RECORD=only   only record the traces
 #     PYTHON=...    the python3 with torch (default python3)
 #
-# Builds libxsalloc.so with the gcc line of tests/gpu/run_torch_cupy.sh into
-# $OUT, then runs benchmarks/gpu/real_bench.py, which writes every result as a
+# Builds libxsalloc.so with setup.py (as `pip install .` does) into
+# $OUT/xsalloc/, then runs benchmarks/gpu/real_bench.py, which writes every result as a
 # JSON line to $OUT/real_results.jsonl and the table to $OUT/real_table.txt
 # (real_bench.py table FILE reprints it). The default run (3 runs x 4
 # workloads x 4 allocators, one process each) stops launching after 420 s
 # (--budget-s) and takes about 7-8 minutes on an H100; recording adds about
 # 2 minutes. Needs gcc, the CUDA headers and python3 with torch,
-# torchvision and transformers.
+# torchvision, transformers and setuptools.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -36,12 +36,9 @@ case "$RECORD" in 0 | 1 | only) ;; *) echo "real_bench.sh: RECORD=$RECORD: expec
 status=0
 if [ "$RECORD" != only ]; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-    log "building $OUT/libxsalloc.so with gcc"
-    cuda_include="${CUDA_HOME:-/usr/local/cuda}/include"
-    [ -f "$cuda_include/cuda.h" ] || { echo "real_bench.sh: no cuda.h in $cuda_include (set CUDA_HOME)" >&2; exit 1; }
-    gcc -O2 -flto=auto -fvisibility=hidden -shared -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -I. -I"$cuda_include" \
-        vmm/*.c pool/*.c api/*.c -ldl -lpthread -o "$OUT/libxsalloc.so"
-    export XSALLOC_LIBRARY="$OUT/libxsalloc.so" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+    log "building $OUT/xsalloc/libxsalloc.so with setup.py"
+    "$PY" setup.py -q build_ext --build-lib "$OUT" --build-temp "$OUT/build"
+    export XSALLOC_LIBRARY="$OUT/xsalloc/libxsalloc.so" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
     log "running benchmarks/gpu/real_bench.py --out $OUT $*"
     "$PY" benchmarks/gpu/real_bench.py --out "$OUT" "$@" || status=$?
 fi

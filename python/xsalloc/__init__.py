@@ -3,13 +3,17 @@
     import xsalloc.torch; xsalloc.torch.use()     # before the first CUDA tensor
     import xsalloc.cupy;  xsalloc.cupy.use()
 
+or with no change to the program: python -m xsalloc.run train.py ARGS.
+
 Design: pure Python over libxsalloc.so with ctypes (no compiled extension).
 This module holds what does not depend on a framework: statistics in
 PyTorch's names and layout, the summary table, empty_cache, snapshot. The
 framework modules (xsalloc.torch, xsalloc.cupy) import their framework only
 when use() is called, so that a missing one is a clear ImportError there.
-The library is found through $XSALLOC_LIBRARY, next to this package, or in
-the source tree's bazel-bin/api/ (see _lib.candidates).
+The library is found through $XSALLOC_LIBRARY, next to this package (where
+pip install puts it), or in the source tree's bazel-bin/api/ (see
+_lib.candidates). Settings come from XSALLOC_CONF, else PYTORCH_ALLOC_CONF,
+else PYTORCH_CUDA_ALLOC_CONF.
 """
 
 import collections
@@ -33,7 +37,7 @@ __all__ = [
 
 
 def driver_name():
-    """'cuda' or 'sim': the driver xsalloc runs on (initialises from XSALLOC_CONF if needed)."""
+    """'cuda' or 'sim': the driver xsalloc runs on (initialises from the environment if needed)."""
     return load().driver_name()
 
 
@@ -78,7 +82,9 @@ def empty_cache():
 
 def memory_summary(device=0, abbreviated=False):
     """torch.cuda.memory_summary()'s table (same rows, columns and units) for
-    xsalloc's statistics on `device`, from xsa_memory_summary."""
+    xsalloc's statistics on `device`, then a line naming where the settings
+    came from (XSALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF or
+    the conf string), from xsa_memory_summary."""
     lib = load()
     out = ctypes.c_void_p()
     st = lib.cdll.xsa_memory_summary(device, int(abbreviated), ctypes.byref(out))

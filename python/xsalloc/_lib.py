@@ -212,7 +212,7 @@ def load():
             if _loaded is None:
                 raise LibraryNotFoundError(
                     "xsalloc: cannot load libxsalloc.so; tried " + "; ".join(tried)
-                    + ". Build it (bazel build //api:libxsalloc.so, or the gcc line in tests/gpu/run_torch_cupy.sh)"
-                    f" and set {ENV_LIBRARY}=/path/to/libxsalloc.so"
+                    + ". Install the package with it (pip install --no-build-isolation . in the repository), or"
+                    f" build it (bazel build //api:libxsalloc.so) and set {ENV_LIBRARY}=/path/to/libxsalloc.so"
                 )
         return _loaded

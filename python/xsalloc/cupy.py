@@ -81,8 +81,9 @@ def _malloc(size):
 def use(conf=None):
     """Makes xsalloc CuPy's allocator (cupy.cuda.set_allocator).
 
-    conf: XSALLOC_CONF-style settings, None for $XSALLOC_CONF or for the
-    configuration the library already has (e.g. from xsalloc.torch.use()).
+    conf: settings in PYTORCH_CUDA_ALLOC_CONF syntax, None for the environment's
+    (XSALLOC_CONF, else PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF) or for
+    the configuration the library already has (e.g. from xsalloc.torch.use()).
     """
     cupy = _import_cupy()
     lib = _lib.load()

@@ -43,8 +43,8 @@ def _device_index(device):
 def use(conf=None, patch_torch_stats=True):
     """Makes xsalloc torch's CUDA allocator; returns the CUDAPluggableAllocator.
 
-    conf: XSALLOC_CONF-style settings (PYTORCH_CUDA_ALLOC_CONF syntax), None for
-    $XSALLOC_CONF. patch_torch_stats: point torch.cuda.memory_stats and the
+    conf: settings in PYTORCH_CUDA_ALLOC_CONF syntax, None for the environment's
+    (XSALLOC_CONF, else PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF). patch_torch_stats: point torch.cuda.memory_stats and the
     functions built on it at xsalloc's statistics. Must run before torch
     initialises CUDA; a second call returns the allocator installed first.
     """

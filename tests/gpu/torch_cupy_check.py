@@ -1,6 +1,6 @@
 """PyTorch and CuPy on xsalloc give the same numbers as on their own allocators (GPU machine).
 
-    bash tests/gpu/run_torch_cupy.sh        (builds libxsalloc.so with gcc, then runs this)
+    bash tests/gpu/run_torch_cupy.sh        (builds libxsalloc.so with setup.py, then runs this)
 
 Design: every measurement runs in its own process, since an allocator can
 be chosen only before CUDA is initialised: (1) a small conv net + MLP

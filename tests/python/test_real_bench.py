@@ -45,7 +45,7 @@ FAKE_CHILD = textwrap.dedent('''
         time.sleep(1)
     res = {"kind": "result", "workload": a.workload, "alloc": a.alloc, "xsalloc": a.alloc not in
            ("native", "expandable", "async"), "steps": int(a.steps), "wall_s": 2.0 if a.alloc == "native" else 3.0,
-           "impl": "fake", "peak_allocated": 10e9, "peak_reserved": 12e9 if a.alloc == "native" else 10.1e9,
+           "steady_s": 1.5 if a.alloc == "native" else 2.4, "impl": "fake", "peak_allocated": 10e9, "peak_reserved": 12e9 if a.alloc == "native" else 10.1e9,
            "device": "FakeGPU", "torch": "0.0", "conf": a.conf or ""}
     if res["xsalloc"]:
         res["xsalloc_stats"] = {"num_pages_recycled": 7, "num_pages_mapped": 100}
@@ -108,6 +108,7 @@ class ArgumentTest(unittest.TestCase):
 
 def result(run, workload, alloc, reserved, allocated, wall, **extra):
     r = {"kind": "result", "run": run, "workload": workload, "alloc": alloc, "status": "ok", "wall_s": wall,
+         "steady_s": wall * 0.75,
          "peak_reserved": reserved, "peak_allocated": allocated, "device": "H100", "torch": "2.11.0",
          "xsalloc": alloc.startswith("xs"), "impl": "transformers"}
     r.update(extra)
@@ -137,8 +138,8 @@ class TableTest(unittest.TestCase):
         text = real_bench.table(rows)
         self.assertIn("Device: H100, torch 2.11.0", text)
         self.assertIn("native: unset, xsalloc: unset", text)
-        self.assertIn("| gpt2 | native | 3 | 1.500 | 1.400-1.600 | 15.00 | 10.00 | 3.00 | 1.00x |  |  |", text)
-        self.assertIn("| gpt2 | xsalloc | 2 (1 failed) | 1.020 | 1.010-1.030 | 10.20 | 10.00 | 4.00 | 1.33x | 5 | 60 |",
+        self.assertIn("| gpt2 | native | 3 | 1.500 | 1.400-1.600 | 15.00 | 10.00 | 3.00 | 1.000x | 2.25 | 1.000x |  |  |", text)
+        self.assertIn("| gpt2 | xsalloc | 2 (1 failed) | 1.020 | 1.010-1.030 | 10.20 | 10.00 | 4.00 | 1.333x | 3.00 | 1.333x | 5 | 60 |",
                       text)
         self.assertIn("| resnet | native | 0 (1 failed) | failed: timed out after 240 s: step 3 |", text)
         self.assertIn("| gpt2 | xsalloc | 2 | 200 | 9 | 6 | 40 | 80 | 300 | 1 | 0 |", text)
@@ -151,7 +152,7 @@ class TableTest(unittest.TestCase):
         rows = [result(1, "resnet", "async", None, 5e9, 1.0),
                 result(1, "resnet", "xsalloc", 5e9, 5e9, 1.0, lag=None, lag_error="no lag probe data in /x")]
         text = real_bench.table(rows)
-        self.assertIn("| resnet | async | 1 | n/a | n/a | n/a | 5.00 | 1.00 | n/a |", text)
+        self.assertIn("| resnet | async | 1 | n/a | n/a | n/a | 5.00 | 1.00 | 1.000x | 0.75 | 1.000x |", text)
         self.assertIn("| resnet | xsalloc | 1 | no data: no lag probe data in /x |", text)
 
     def test_bad_results_line_names_the_line(self):
@@ -214,7 +215,7 @@ class ParentTest(unittest.TestCase):
         self.assertEqual(by[1, "crashy"]["conf"], "x:1")
         self.assertIn("2/8 run 1 gpt2 bad: FAILED after", printed)
         self.assertIn("lag p50 4 calls; then exit 139", printed)
-        self.assertIn("| gpt2 | native | 2 | 1.200 | 1.200-1.200 | 12.00 | 10.00 | 2.00 | 1.00x |", table)
+        self.assertIn("| gpt2 | native | 2 | 1.200 | 1.200-1.200 | 12.00 | 10.00 | 2.00 | 1.000x | 1.50 | 1.000x |", table)
         self.assertIn("| gpt2 | bad | 0 (2 failed) | failed: exit 3: real_bench child: gpt2 under bad failed: ", table)
         self.assertIn("| gpt2 | crashy | 2 | 170 | 10 | 4 | 30 | 60 | 64 | 0 | 0 |", table)
         self.assertIn(table, printed)
@@ -265,7 +266,8 @@ class ChildTest(unittest.TestCase):
             self.dir.cleanup()
 
         self.addCleanup(restore)
-        os.environ.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", XSALLOC_CONF="max_split_size_mb:x")
+        os.environ.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", XSALLOC_CONF="max_split_size_mb:x",
+                          PYTORCH_ALLOC_CONF="max_split_size_mb:y")
 
     def run_child(self, alloc, steps, conf=None):
         """child() on a stand-in torch; returns (its JSON, the environment the workload saw)."""
@@ -294,7 +296,7 @@ class ChildTest(unittest.TestCase):
                 malloc, free = TORCH_MALLOC(mem.installed.fns[0]), TORCH_FREE(mem.installed.fns[1])
                 for _ in range(n):
                     free(malloc(1 << 20, 0, None), 1 << 20, 0, None)
-            return {"wall_s": 0.5, "impl": "stand-in"}
+            return {"wall_s": 0.5, "steady_s": 0.4, "impl": "stand-in"}
 
         out, lag = os.path.join(self.dir.name, "r.json"), os.path.join(self.dir.name, "r.lag.json")
         args = types.SimpleNamespace(workload="resnet", alloc=alloc, steps=steps, out=out, conf=conf, lag=lag)
@@ -306,10 +308,11 @@ class ChildTest(unittest.TestCase):
     def test_xsalloc_child_measures_and_probes(self):
         res, env = self.run_child("xsalloc", 40)
         self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", env)
+        self.assertNotIn("PYTORCH_ALLOC_CONF", env)
         self.assertNotIn("XSALLOC_CONF", env, "the default configuration")
         self.assertEqual(env["XSALLOC_LAG_PROBE"], os.path.join(self.dir.name, "r.lag.json"))
         self.assertEqual((res["alloc"], res["xsalloc"], res["conf"], res["steps"]), ("xsalloc", True, "", 40))
-        self.assertEqual((res["wall_s"], res["impl"], res["device"]), (0.5, "stand-in", "FakeGPU"))
+        self.assertEqual((res["wall_s"], res["steady_s"], res["impl"], res["device"]), (0.5, 0.4, "stand-in", "FakeGPU"))
         self.assertEqual(res["peak_allocated"], 1 << 20)
         self.assertEqual(res["peak_reserved"], 2 << 20)
         self.assertEqual(res["device_used_end"], 10e9)
@@ -331,6 +334,7 @@ class ChildTest(unittest.TestCase):
         with contextlib.redirect_stderr(err):
             res, env = self.run_child("async", 3)
         self.assertEqual(env["PYTORCH_CUDA_ALLOC_CONF"], "backend:cudaMallocAsync")
+        self.assertNotIn("PYTORCH_ALLOC_CONF", env, "torch would read it first")
         self.assertNotIn("XSALLOC_LAG_PROBE", env)
         self.assertEqual((res["xsalloc"], res["conf"]), (False, "backend:cudaMallocAsync"))
         self.assertNotIn("xsalloc_stats", res)

@@ -190,12 +190,15 @@ class StatsTest(SimTestCase):
         p = self.fn(TORCH_MALLOC, "xsa_torch_malloc")(3 * MiB, 0, None)
         text = xsalloc.memory_summary(0)
         lines = text.splitlines()
+        # The table, then where the settings came from.
+        self.assertEqual(lines[-1], f'xsalloc settings from xsa_init: "{self.conf}"')
+        lines = lines[:-1]
         self.assertTrue(all(len(line) == 77 for line in lines), [line for line in lines if len(line) != 77])
         self.assertIn("|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |", lines)
         self.assertIn("| Allocated memory      |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |", lines)
         self.assertIn("|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |", lines)
         self.assertIn("| Allocations           |       1    |       1    |       1    |       0    |", lines)
-        self.assertEqual(len(xsalloc.memory_summary(0, abbreviated=True).splitlines()), len(lines) - 18)
+        self.assertEqual(len(xsalloc.memory_summary(0, abbreviated=True).splitlines()), len(lines) + 1 - 18)
         self.fn(TORCH_FREE, "xsa_torch_free")(p, 0, 0, None)
 
     def test_snapshot(self):
@@ -214,6 +217,49 @@ class StatsTest(SimTestCase):
         self.lib.init(self.conf)
         with self.assertRaisesRegex(xsalloc.XsallocError, "XSA_ERROR_INVALID_DEVICE"):
             xsalloc.memory_stats(5)
+
+
+class ConfigSourceTest(unittest.TestCase):
+    """Lazy initialisation in a fresh process, from the environment variables."""
+
+    CODE = ("import xsalloc; print(xsalloc.memory_summary(0).splitlines()[-1]); "
+            "s = xsalloc.snapshot()['allocator_settings']; print(s['conf_source'], s['max_split_size'])")
+
+    def run_python(self, **conf_vars):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("XSALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")}
+        r = subprocess.run([sys.executable, "-c", self.CODE], env=dict(env, **conf_vars),
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.splitlines(), r.stderr
+
+    def test_pytorch_variables_are_read_and_named(self):
+        out, err = self.run_python(PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:64")
+        self.assertEqual(out, ['xsalloc settings from PYTORCH_CUDA_ALLOC_CONF: "max_split_size_mb:64"',
+                               f"PYTORCH_CUDA_ALLOC_CONF {64 * MiB}"])
+        self.assertEqual(err, "", "keys xsalloc honours are not mentioned")
+        out, err = self.run_python(PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:64", PYTORCH_ALLOC_CONF="max_split_size_mb:32")
+        self.assertEqual(out[1], f"PYTORCH_ALLOC_CONF {32 * MiB}")
+        out, err = self.run_python(PYTORCH_ALLOC_CONF="max_split_size_mb:32", XSALLOC_CONF="")
+        self.assertEqual(out, ['xsalloc settings from XSALLOC_CONF: "" (all defaults)', "XSALLOC_CONF -1"])
+        out, err = self.run_python()
+        self.assertEqual(out[1], "none -1")
+
+    def test_keys_xsalloc_cannot_honour_are_named_once(self):
+        out, err = self.run_python(
+            PYTORCH_ALLOC_CONF="release_lock_on_cudamalloc:True,max_split_size_mb:64,pinned_num_register_threads:8")
+        self.assertEqual(out[1], f"PYTORCH_ALLOC_CONF {64 * MiB}")
+        self.assertEqual(err.splitlines(), [
+            "xsalloc: PYTORCH_ALLOC_CONF: ignoring release_lock_on_cudamalloc, pinned_num_register_threads "
+            "(xsalloc cannot honour these PyTorch keys; api/CONFIG.md says why)"])
+
+    def test_refused_key_fails_naming_the_variable(self):
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+        env.pop("XSALLOC_CONF", None)
+        env.pop("PYTORCH_ALLOC_CONF", None)
+        r = subprocess.run([sys.executable, "-c", self.CODE], env=env, capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("XSA_ERROR_CONFIG: PYTORCH_CUDA_ALLOC_CONF: key 'backend' value 'cudaMallocAsync'", r.stderr)
 
 
 class LibraryLoadingTest(unittest.TestCase):
