@@ -324,6 +324,85 @@ static void test_recycling_and_empty_cache_leave_live_pools_alone(void **state) 
     teardown(p);
 }
 
+/* ---- a captured graph on the simulated driver ---- */
+
+static void launch(void *stream, void *ptr, size_t size) {
+    assert_int_equal(xsa_sim_launch(stream, (xsa_devptr)(uintptr_t)ptr, size), XSA_CU_SUCCESS);
+}
+
+static bool overlaps(const xsa_sim_range *r, const void *ptr, size_t size) {
+    uintptr_t lo = (uintptr_t)ptr;
+    return r->ptr < lo + size && lo < r->ptr + r->size;
+}
+
+/* Issue 16's program: a graph captured on S1 whose temporaries are freed
+ * inside the capture, then eager allocations on the capture's stream and
+ * another, which recycling (headroom 0) would feed with the graph's free
+ * pages, then a replay. The capture must stay valid (no event query in
+ * it), no eager block may overlap memory the graph uses, and the replay
+ * must find its memory mapped. Classic mode warms the pool up first: a
+ * cuMemAlloc during a global capture invalidates it (as on the H100). */
+static void captured_graph(bool expandable) {
+    xsa_pool *p = make_pool(256 * MiB, expandable, recycling_at_once);
+    void *x = alloc(p, 4 * MiB, S1);
+    launch(S1, x, 4 * MiB);
+    if (!expandable) {
+        begin(p, G1, S1, false);
+        release(p, alloc(p, 8 * MiB, S1));
+        end(p, G1);
+    }
+    assert_int_equal(XSA_DRV(drv, stream_begin_capture, S1), XSA_CU_SUCCESS);
+    begin(p, G1, S1, true);
+    void *a = alloc(p, 2 * MiB, S1);
+    launch(S1, a, 2 * MiB);
+    void *b = alloc(p, 2 * MiB, S1);
+    launch(S1, b, 2 * MiB);
+    release(p, a);
+    void *c = alloc(p, 2 * MiB, S1); /* a's memory, reused inside the capture */
+    launch(S1, c, 2 * MiB);
+    release(p, b);
+    end(p, G1);
+    xsa_graph graph = NULL;
+    xsa_graph_exec exec = NULL;
+    assert_int_equal(XSA_DRV(drv, stream_end_capture, S1, &graph), XSA_CU_SUCCESS);
+    assert_non_null(graph);
+    assert_int_equal(XSA_DRV(drv, graph_instantiate, &exec, graph), XSA_CU_SUCCESS);
+    CHECK(p);
+    enum { EAGER = 16 };
+    void *eager[EAGER];
+    for (int i = 0; i < EAGER - 1; i++) eager[i] = alloc(p, 2 * MiB, i % 2 ? S2 : S1);
+    /* The work queued so far completes; the next growth unmaps the old
+     * addresses of any pages recycling moved (the issue's illegal address
+     * at the replay, had they been the graph's). */
+    xsa_sim_complete_all();
+    eager[EAGER - 1] = alloc(p, 2 * MiB, S1);
+    xsa_sim_range r[8];
+    size_t n = xsa_sim_graph_exec_ranges(exec, r, 8);
+    assert_int_equal(n, 3);
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; i < EAGER; i++)
+            if (overlaps(&r[k], eager[i], 2 * MiB)) fail_msg("eager block %d overlaps the graph's node %zu", i, k);
+    assert_int_equal(XSA_DRV(drv, graph_launch, exec, S1), XSA_CU_SUCCESS);
+    xsa_sim_complete_all();
+    CHECK(p);
+    xsa_sim_violations v;
+    xsa_sim_get_violations(&v);
+    if (v.unmapped_in_use || v.bad_launches || v.failed_captures) fail_msg("replay: %s", v.first);
+    for (int i = 0; i < EAGER; i++) release(p, eager[i]);
+    release(p, c);
+    release(p, x);
+    assert_int_equal(XSA_DRV(drv, graph_exec_destroy, exec), XSA_CU_SUCCESS);
+    assert_int_equal(XSA_DRV(drv, graph_destroy, graph), XSA_CU_SUCCESS);
+    drop(p, G1);
+    if (!expandable) drop(p, G1); /* the warm-up's use */
+    teardown(p);
+}
+
+static void test_captured_graph_replays_over_its_pool(void **state) {
+    (void)state;
+    run_both(captured_graph);
+}
+
 /* ---- classic segments ---- */
 
 static void gc_at_half(xsa_pool_options *o) { o->garbage_collection_threshold = 0.5; }
@@ -451,6 +530,7 @@ int main(void) {
         cmocka_unit_test(test_no_event_query_during_capture),
         cmocka_unit_test(test_recycling_and_empty_cache_leave_live_pools_alone),
         cmocka_unit_test(test_no_page_moves_during_capture),
+        cmocka_unit_test(test_captured_graph_replays_over_its_pool),
         cmocka_unit_test(test_release_of_empty_pool_returns_memory),
         cmocka_unit_test(test_capture_in_classic_mode),
     };
