@@ -338,14 +338,18 @@ static bool overlaps(const xsa_sim_range *r, const void *ptr, size_t size) {
 /* Issue 16's program: a graph captured on S1 whose temporaries are freed
  * inside the capture, then eager allocations on the capture's stream and
  * another, which recycling (headroom 0) would feed with the graph's free
- * pages, then a replay. The capture must stay valid (no event query in
- * it), no eager block may overlap memory the graph uses, and the replay
+ * pages, then a replay. The capture must stay valid (no query of the event
+ * a record_stream free waits for), no eager block may overlap memory the
+ * graph uses, and the replay
  * must find its memory mapped. Classic mode warms the pool up first: a
  * cuMemAlloc during a global capture invalidates it (as on the H100). */
 static void captured_graph(bool expandable) {
     xsa_pool *p = make_pool(256 * MiB, expandable, recycling_at_once);
     void *x = alloc(p, 4 * MiB, S1);
     launch(S1, x, 4 * MiB);
+    void *w = alloc(p, 4096, S2); /* its free waits for an event on S1, pending through the capture */
+    use_on(p, w, S1);
+    release(p, w);
     if (!expandable) {
         begin(p, G1, S1, false);
         release(p, alloc(p, 8 * MiB, S1));
