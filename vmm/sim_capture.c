@@ -254,7 +254,7 @@ xsa_cu_result xsa_sim_cap_stream_wait_event(xsa_stream stream, xsa_event event) 
         return XSA_CU_ERROR_STREAM_CAPTURE_ISOLATION;
     }
     cap_seq *q = find_seq(ev->capture);
-    if (!q) return XSA_CU_ERROR_CAPTURED_EVENT; /* its capture is over */
+    if (!q) return XSA_CU_ERROR_INVALID_VALUE; /* its capture is over: as on the H100 */
     if (cs && cs->capture != q->id) {
         cap_seq *other = find_seq(cs->capture);
         invalidate(other, "%s waited on an event of capture %llu", stream_text(stream, a, sizeof a),

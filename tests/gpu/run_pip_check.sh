@@ -10,6 +10,10 @@ PY=${PYTHON:-python3}
 venv=$(mktemp -d /tmp/xsa-venv.XXXXXX)
 trap 'rm -rf "$venv" build python/xsalloc.egg-info' EXIT
 "$PY" -m venv --system-site-packages "$venv"
+# torch's Python may itself be a venv, whose packages --system-site-packages
+# does not reach: a .pth file adds its site-packages after the new venv's.
+"$PY" -c 'import site; print("\n".join(site.getsitepackages()))' \
+    > "$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/torch_python.pth"
 "$venv/bin/python" -m pip install -q --no-index --no-build-isolation . 2>&1 | tail -5
 cd /tmp  # away from the source tree: the installed package must be the one found
 "$venv/bin/python" -c "import xsalloc, os; print('installed at', os.path.dirname(xsalloc.__file__)); print(xsalloc.memory_summary(0).splitlines()[-1])"
