@@ -466,3 +466,41 @@ xsa_status xsa_check_invariants(int device) {
     if (ok && strcmp(g.drv->name, "sim") == 0) ok = xsa_sim_check(err, XSA_ERROR_MAX);
     return ok ? xsa_ok() : XSA_ERROR_INVALID_VALUE;
 }
+
+/* ---- memory pools: the pool layer's calls under the device's lock ---- */
+
+typedef xsa_pool_status (*mempool_call)(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen);
+
+static xsa_status on_mempool(const char *fn, int device, xsa_mempool_id id, mempool_call call) {
+    xsa_status st = check_device(fn, device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = call(p, id, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+xsa_status xsa_mempool_create(int device, xsa_mempool_id id) {
+    return on_mempool("xsa_mempool_create", device, id, xsa_pool_mempool_create);
+}
+
+xsa_status xsa_mempool_release(int device, xsa_mempool_id id) {
+    return on_mempool("xsa_mempool_release", device, id, xsa_pool_mempool_release);
+}
+
+xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx) {
+    xsa_status st = check_device("xsa_begin_allocate_to_pool", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    /* Every routing counts as a capture, as in PyTorch, until capture
+     * status is read from the driver. */
+    xsa_pool_status ps = xsa_pool_begin_allocate_to_pool(p, id, filter, ctx, true, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id) {
+    return on_mempool("xsa_end_allocate_to_pool", device, id, xsa_pool_end_allocate_to_pool);
+}

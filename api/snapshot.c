@@ -73,6 +73,12 @@ static void emit_block(xsa_emitter *e, const xsa_snap_block *b) {
     xsa_emit_end(e);
 }
 
+/* PyTorch's segment_pool_id: (0, 0) for the device's own cache. */
+static void emit_pool_id(xsa_emitter *e, xsa_mempool_id id) {
+    xsa_emit_key(e, "segment_pool_id"), xsa_emit_tuple(e);
+    xsa_emit_int(e, (int64_t)id.first), xsa_emit_int(e, (int64_t)id.second), xsa_emit_end(e);
+}
+
 static void emit_segment(xsa_emitter *e, int device, const xsa_pool_snapshot *ps, const xsa_snap_segment *s) {
     xsa_emit_dict(e);
     xsa_emit_key(e, "device"), xsa_emit_int(e, device);
@@ -83,8 +89,7 @@ static void emit_segment(xsa_emitter *e, int device, const xsa_pool_snapshot *ps
     xsa_emit_key(e, "requested_size"), xsa_emit_int(e, (int64_t)s->requested_size);
     xsa_emit_key(e, "stream"), xsa_emit_int(e, as_int((uintptr_t)s->stream));
     xsa_emit_key(e, "segment_type"), xsa_emit_str(e, s->large ? "large" : "small");
-    /* PyTorch's (0, 0): the default pool, the only one xsalloc has. */
-    xsa_emit_key(e, "segment_pool_id"), xsa_emit_tuple(e), xsa_emit_int(e, 0), xsa_emit_int(e, 0), xsa_emit_end(e);
+    emit_pool_id(e, s->pool_id);
     xsa_emit_key(e, "is_expandable"), xsa_emit_bool(e, s->expandable);
     xsa_emit_key(e, "frames"), xsa_emit_list(e), xsa_emit_end(e);
     xsa_emit_key(e, "blocks"), xsa_emit_list(e);
@@ -124,6 +129,7 @@ static void emit_reservations(xsa_emitter *e, int device, const xsa_pool_snapsho
         xsa_emit_key(e, "mapped_size"), xsa_emit_int(e, (int64_t)v->mapped);
         xsa_emit_key(e, "stream"), xsa_emit_int(e, as_int((uintptr_t)v->stream));
         xsa_emit_key(e, "segment_type"), xsa_emit_str(e, v->large ? "large" : "small");
+        emit_pool_id(e, v->pool_id);
         xsa_emit_key(e, "mapped_ranges"), xsa_emit_list(e);
         for (size_t i = 0; i < ps->n_segments; i++) {
             const xsa_snap_segment *s = &ps->segments[i];

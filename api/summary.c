@@ -11,7 +11,12 @@
  * reference is the row's own value, except in the "from large/small pool"
  * rows, which use the all-pools row's value so that a metric's rows share
  * one unit.
+ *
+ * xsalloc adds, only when memory pools (PyTorch's private pools) hold
+ * segments, a table of them below: per pool id, its segments (as the
+ * snapshot counts them), reserved, allocated and active bytes.
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +98,43 @@ static void metric_rows(FILE *f, const xsa_device_stats *s, const struct metric 
     row(f, "      from small pool", &by_type[XSA_STAT_SMALL_POOL], all, m->fmt);
 }
 
-char *xsa_format_summary(const xsa_device_stats *s, int device, int abbreviated) {
+/* The memory pools' table: one row per pool id but (0, 0), in order of
+ * first appearance in the snapshot; nothing if no pool holds a segment. */
+static void pool_rows(FILE *f, const xsa_pool_snapshot *snap) {
+    bool header = false;
+    for (size_t i = 0; i < snap->n_segments; i++) {
+        xsa_mempool_id id = snap->segments[i].pool_id;
+        bool seen = !id.first && !id.second;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = snap->segments[j].pool_id.first == id.first && snap->segments[j].pool_id.second == id.second;
+        if (seen) continue;
+        int64_t segments = 0, reserved = 0, allocated = 0, active = 0;
+        for (size_t j = i; j < snap->n_segments; j++) {
+            const xsa_snap_segment *g = &snap->segments[j];
+            if (g->pool_id.first != id.first || g->pool_id.second != id.second) continue;
+            segments++;
+            reserved += (int64_t)g->total_size;
+            allocated += (int64_t)g->allocated_size;
+            active += (int64_t)g->active_size;
+        }
+        if (!header) {
+            fputs("| Memory pool           |  Segments  |  Reserved  | Allocated  |   Active   |\n", f);
+            rule(f, '-');
+            header = true;
+        }
+        char name[32], cells[4][64];
+        snprintf(name, sizeof name, "(%llu, %llu)", (unsigned long long)id.first, (unsigned long long)id.second);
+        format_count(cells[0], sizeof cells[0], segments, (double)segments);
+        format_size(cells[1], sizeof cells[1], reserved, (double)reserved);
+        format_size(cells[2], sizeof cells[2], allocated, (double)allocated);
+        format_size(cells[3], sizeof cells[3], active, (double)active);
+        fprintf(f, "| %-21s | %s | %s | %s | %s |\n", name, cells[0], cells[1], cells[2], cells[3]);
+    }
+    if (header) rule(f, '=');
+}
+
+/* The summary, with the memory pools' table when snap is not NULL. */
+static char *format(const xsa_device_stats *s, const xsa_pool_snapshot *snap, int device, int abbreviated) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -111,6 +152,7 @@ char *xsa_format_summary(const xsa_device_stats *s, int device, int abbreviated)
     rule(f, '-');
     row(f, "Oversize GPU segments", &s->oversize_segments, &s->oversize_segments, format_count);
     rule(f, '=');
+    if (snap) pool_rows(f, snap);
     if (fclose(f) != 0) {
         free(text);
         return NULL;
@@ -118,13 +160,25 @@ char *xsa_format_summary(const xsa_device_stats *s, int device, int abbreviated)
     return text;
 }
 
-/* The table, then one line saying where the settings came from. */
+char *xsa_format_summary(const xsa_device_stats *s, int device, int abbreviated) {
+    return format(s, NULL, device, abbreviated);
+}
+
+/* The table (with the memory pools' table), then one line saying where the
+ * settings came from. */
 xsa_status xsa_memory_summary(int device, int abbreviated, char **out) {
     if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_memory_summary: out is NULL");
-    xsa_device_stats stats;
-    xsa_status st = xsa_get_stats(device, &stats);
+    xsa_pool *p;
+    xsa_status st = xsa_api_lock("xsa_memory_summary", device, true, &p);
     if (st != XSA_SUCCESS) return st;
-    char *table = xsa_format_summary(&stats, device, abbreviated), *text = NULL;
+    /* Stats and segments under one lock: the pools' table agrees with them. */
+    xsa_device_stats stats;
+    xsa_pool_snapshot snap;
+    xsa_pool_get_stats(p, &stats);
+    bool ok = xsa_pool_snapshot_take(p, &snap) == XSA_POOL_OK;
+    xsa_api_unlock(device);
+    char *table = ok ? format(&stats, &snap, device, abbreviated) : NULL, *text = NULL;
+    if (ok) xsa_pool_snapshot_free(&snap);
     const char *conf, *source = xsa_api_conf_source(&conf);
     int n = -1;
     if (table && !source)

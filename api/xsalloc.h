@@ -19,6 +19,7 @@
 #ifndef XSALLOC_H
 #define XSALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,7 +88,10 @@ XSA_API xsa_status xsa_free(void *ptr);
 XSA_API xsa_status xsa_record_stream(void *ptr, void *stream);
 
 /* Releases every cached (free) block's memory to the driver on all devices,
- * waiting for pending record_stream events first. */
+ * waiting for pending record_stream events first. Memory pools in use keep
+ * theirs; released ones give back what is free. A device with a routing
+ * (xsa_begin_allocate_to_pool) under way is left alone: releasing would
+ * wait for events during a capture. */
 XSA_API xsa_status xsa_empty_cache(void);
 /* Free cached bytes on a device and the largest free cached block. */
 XSA_API xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest);
@@ -136,6 +140,65 @@ typedef struct xsa_device_stats {
 XSA_API xsa_status xsa_get_stats(int device, xsa_device_stats *stats);
 XSA_API xsa_status xsa_reset_peak_stats(int device);
 XSA_API xsa_status xsa_reset_accumulated_stats(int device);
+
+/* ---- Memory pools (PyTorch's MemPool / CUDA graph private pools) ----
+ *
+ * A memory pool is a cache of its own inside a device's allocator, named
+ * by a pair of integers like PyTorch's MempoolId_t (graphs use {id, 0},
+ * MemPool and graph_pool_handle {0, id}; {0, 0} is the device's own cache
+ * and cannot be named). Its blocks live in segments of its own (one
+ * expandable segment per pool, stream and small/large kind, or cuMemAlloc
+ * segments with expandable_segments:False); a block freed goes back to its
+ * pool only, and no allocation outside the pool ever receives its memory.
+ * While a pool is in use (use count > 0) neither page recycling nor
+ * xsa_empty_cache nor the out-of-memory fallbacks unmap, move or free any
+ * of its pages, so a captured graph may replay over its freed blocks. The
+ * pool's memory counts in the device's stats (reserved, allocated...) as
+ * PyTorch counts it, and snapshots name each segment's pool
+ * (segment_pool_id). */
+typedef struct xsa_mempool_id {
+    uint64_t first, second;
+} xsa_mempool_id;
+
+/* Creates the pool `id` on `device` with a use count of 1, or adds a use
+ * to an existing one (PyTorch's createOrIncrefPool). A released pool
+ * whose memory has not gone back yet is in use again. */
+XSA_API xsa_status xsa_mempool_create(int device, xsa_mempool_id id);
+/* Drops a use of pool `id` (PyTorch's releasePool). At zero uses the pool
+ * is released: its free memory goes back to the device at once (at the
+ * end of the capture if one is under way), all of it when its last block
+ * is freed (at the next xsa_empty_cache if that block still waited for
+ * record_stream events), and what is free at each xsa_empty_cache; the id
+ * is forgotten once the pool holds no memory. Live blocks stay valid until
+ * freed. A driver error while memory goes back is returned; the use is
+ * dropped all the same (xsa_empty_cache tries again).
+ * XSA_ERROR_INVALID_VALUE if the pool does not exist or is released. */
+XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);
+
+/* Says whether an allocation on `stream` goes to the pool. */
+typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
+
+/* PyTorch's beginAllocateToPool: creates pool `id` or adds a use to it, then
+ * routes the allocations on `device` from streams that filter(ctx, stream)
+ * accepts (every stream if filter is NULL) to it, until
+ * xsa_end_allocate_to_pool. When several routings accept a stream, the one
+ * begun first wins (as in PyTorch). As in PyTorch, a routing counts as a graph capture
+ * under way: until it ends the device's allocator neither queries nor
+ * waits for events (an event query would invalidate a capture), a miss
+ * does not release cached memory, xsa_empty_cache leaves the device alone,
+ * and a block with uses on other streams (xsa_record_stream) freed
+ * meanwhile returns to its pool only after the capture, once those
+ * streams' work queued by then has completed. The filter is called with
+ * the device's lock held: it must not call xsalloc.
+ * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool already routed to. */
+XSA_API xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx);
+/* Ends the routing to pool `id` (the use it added stays until
+ * xsa_mempool_release). When no routing is left, the frees deferred by the
+ * capture record their events; a driver error there is returned, the
+ * routing is ended all the same and the deferred frees are tried again at
+ * the next end or xsa_empty_cache. XSA_ERROR_INVALID_VALUE if there is no
+ * routing to the pool. */
+XSA_API xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id);
 
 /* ---- Several GPUs: peer access ----
  *
@@ -235,12 +298,14 @@ XSA_API xsa_status xsa_check_invariants(int device);
 XSA_API void xsa_free_buffer(void *buffer);
 
 /* torch.cuda.memory_summary()'s table for `device`, same rows, columns and
- * byte and count formatting (only the title names xsalloc), then one line
- * saying where the settings came from: `xsalloc settings from VARIABLE:
- * "TEXT"` (VARIABLE: XSALLOC_CONF, PYTORCH_ALLOC_CONF,
- * PYTORCH_CUDA_ALLOC_CONF, or xsa_init for its string), or `xsalloc
- * settings: all defaults (...)`. abbreviated != 0 leaves out the "from large
- * pool" / "from small pool" rows. *out: a NUL-terminated string. */
+ * byte and count formatting (only the title names xsalloc); when memory
+ * pools hold segments, xsalloc adds a table of them below (per pool id its
+ * segments, reserved, allocated and active bytes); then one line saying
+ * where the settings came from: `xsalloc settings from VARIABLE: "TEXT"`
+ * (VARIABLE: XSALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, or
+ * xsa_init for its string), or `xsalloc settings: all defaults (...)`.
+ * abbreviated != 0 leaves out the "from large pool" / "from small pool"
+ * rows. *out: a NUL-terminated string. */
 XSA_API xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
 
 /* A snapshot of every device, with the structure of PyTorch's
@@ -258,8 +323,9 @@ XSA_API xsa_status xsa_memory_summary(int device, int abbreviated, char **out);
  * "external_annotations" (empty). As in PyTorch, an expandable segment
  * appears as one segment per mapped range; xsalloc adds
  * "expandable_segments": per reservation its device, address,
- * reserved_size, mapped_size, stream, segment_type and mapped_ranges
- * ([address, size] pairs). Frames are always empty. *out: a NUL-terminated
+ * reserved_size, mapped_size, stream, segment_type, segment_pool_id and
+ * mapped_ranges ([address, size] pairs). segment_pool_id is the memory
+ * pool's id, (0, 0) for the device's own cache. Frames are always empty. *out: a NUL-terminated
  * JSON text. */
 XSA_API xsa_status xsa_snapshot_json(char **out);
 /* The same snapshot as a pickle (protocol 4 opcodes, no Python needed),

@@ -7,9 +7,11 @@
  * recycling, classic, classic with oversize blocks and garbage collection);
  * then each operation is an opcode byte followed by argument bytes:
  * malloc (size on a log scale, stream, slot), free, record_stream,
- * empty_cache, completing simulated streams, a memory fraction, and arming
+ * empty_cache, completing simulated streams, a memory fraction, arming
  * a driver fault (entry point, which of its next calls; the first such
- * operation of an input only). A call may fail
+ * operation of an input only), beginning or ending the routing of a
+ * stream to one of two memory pools (a capture), and dropping a use of
+ * one. A call may fail
  * (out of memory, or the armed fault) but must leave the invariants true,
  * every live allocation's data intact, and, after the faults are cleared,
  * everything freed, the cache emptied and xsa_shutdown, a simulated driver
@@ -38,8 +40,13 @@ typedef struct {
     uint8_t fill;
 } slot;
 
+#define MEMPOOLS 2
+
 static slot slots[SLOTS];
 static bool fault_armed;
+/* Per memory pool {1 + i, 0}: uses held (creates and begins less
+ * releases), the routed stream, or -1. */
+static int mempool_uses[MEMPOOLS], routed[MEMPOOLS];
 
 static void check(int ok, const char *what) {
     if (ok) return;
@@ -78,9 +85,42 @@ static void do_malloc(input *in) {
     ((uint8_t *)p)[size - 1] = s->fill;
 }
 
+static xsa_mempool_id mempool(int i) { return (xsa_mempool_id){(uint64_t)i + 1, 0}; }
+
+static bool routes(void *ctx, void *stream) { return stream == ctx; }
+
+/* Begins routing a stream to memory pool i, or ends its routing. */
+static void toggle_routing(int i, unsigned stream) {
+    if (routed[i] >= 0) {
+        /* The routing is over even when a driver error (an armed fault)
+         * kept memory from going back. */
+        xsa_status st = xsa_end_allocate_to_pool(0, mempool(i));
+        check(st == XSA_SUCCESS || st == XSA_ERROR_DRIVER, "end_allocate_to_pool");
+        routed[i] = -1;
+        return;
+    }
+    xsa_status st = xsa_begin_allocate_to_pool(0, mempool(i), routes, stream_of(stream));
+    check(st == XSA_SUCCESS || st == XSA_ERROR_DRIVER, "begin_allocate_to_pool"); /* DRIVER: creating the device's pool */
+    if (st != XSA_SUCCESS) return;
+    routed[i] = (int)(stream % STREAMS);
+    mempool_uses[i]++;
+}
+
+/* Drops a use of memory pool i (refused while its last use is a routing). */
+static void release_mempool(int i) {
+    if (!mempool_uses[i]) return;
+    xsa_status st = xsa_mempool_release(0, mempool(i));
+    if (st == XSA_ERROR_INVALID_VALUE) {
+        check(routed[i] >= 0 && mempool_uses[i] == 1, "mempool_release refused");
+        return;
+    }
+    check(st == XSA_SUCCESS || st == XSA_ERROR_DRIVER, "mempool_release"); /* the use is dropped either way */
+    mempool_uses[i]--;
+}
+
 static void run_op(input *in) {
     uint8_t op = next(in);
-    switch (op % 8) {
+    switch (op % 10) {
     case 0:
     case 1: do_malloc(in); break;
     case 2: do_free(&slots[next(in) % SLOTS]); break;
@@ -101,6 +141,8 @@ static void run_op(input *in) {
         fault_armed = true;
         break;
     }
+    case 8: toggle_routing(op >> 7, next(in)); break;
+    case 9: release_mempool(op >> 7); break;
     }
     /* The checker creates the device's pool if no call has yet: an armed
      * fault may fail that (XSA_ERROR_DRIVER), never an invariant. */
@@ -110,10 +152,14 @@ static void run_op(input *in) {
 
 static void finish(void) {
     xsa_sim_clear_faults();
+    for (int i = 0; i < MEMPOOLS; i++)
+        if (routed[i] >= 0) toggle_routing(i, 0);
     for (int i = 0; i < SLOTS; i++) {
         do_free(&slots[i]);
         check(slots[i].ptr == NULL, "a free failed with no fault armed");
     }
+    for (int i = 0; i < MEMPOOLS; i++)
+        while (mempool_uses[i]) release_mempool(i);
     check(xsa_empty_cache() == XSA_SUCCESS, "final empty_cache");
     xsa_device_stats s;
     check(xsa_get_stats(0, &s) == XSA_SUCCESS, "get_stats");
@@ -141,6 +187,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(xsa_init(confs[next(&in) % 4]) == XSA_SUCCESS, "init");
     memset(slots, 0, sizeof slots);
     fault_armed = false;
+    for (int i = 0; i < MEMPOOLS; i++) {
+        mempool_uses[i] = 0;
+        routed[i] = -1;
+    }
     while (in.p < in.end) run_op(&in);
     finish();
     return 0;

@@ -35,6 +35,7 @@ typedef struct xsa_block {
     bool mapped;             /* false only for unmapped ranges of expandable segments */
     bool in_free_set;
     bool draining;           /* mapped, but its pages moved on (pool/recycle): not the pool's memory */
+    bool capture_deferred;   /* freed during capture with other stream uses: waits for the capture's end */
     int event_count;         /* record_stream events still outstanding after free */
     int ipc_exports;         /* IPC exports not yet seen closed or revoked: the block is pinned */
     uint64_t gc_base;        /* pool's free-block lookup count when it became free */
@@ -45,9 +46,10 @@ typedef struct xsa_block {
 
 static inline bool xsa_block_is_split(const xsa_block *b) { return b->prev || b->next; }
 
-/* Allocated, or freed but held by record_stream events or IPC exports. */
+/* Allocated, or freed but held by record_stream events (or a capture
+ * that defers them) or IPC exports. */
 static inline bool xsa_block_in_use(const xsa_block *b) {
-    return b->allocated || b->event_count > 0 || b->ipc_exports > 0;
+    return b->allocated || b->event_count > 0 || b->ipc_exports > 0 || b->capture_deferred;
 }
 
 /* Memory the pool holds: mapped here and not draining. */

@@ -1,8 +1,9 @@
 /*
  * pool/check: the pool's invariant checker. Recounts everything from the
  * blocks and compares with the free sets, the pointer map, the segments'
- * pages, the event queues, the IPC export list and the stats. Slow
- * (linear), for tests.
+ * pages, the event queues, the IPC export list, the memory pools (their
+ * free sets, counts, routings and the capture's deferred frees) and the
+ * stats. Slow (linear, times the memory pools), for tests.
  */
 #include "pool/pool_internal.h"
 
@@ -16,6 +17,8 @@ typedef struct recount {
     size_t free_blocks[XSA_POOL_KINDS], free_bytes[XSA_POOL_KINDS];
     size_t pending_events, live_blocks, oversize_allocations, oversize_segments, blocks, ipc_exports;
     size_t draining_blocks, draining_pages; /* the latter of the segment being checked */
+    size_t deferred;
+    size_t walked_blocks[XSA_POOL_KINDS], walked_bytes[XSA_POOL_KINDS]; /* in the free sets, all memory pools */
 } recount;
 
 static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, recount *c, char *err, size_t n) {
@@ -26,6 +29,11 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     bool pending = !b->allocated && xsa_block_in_use(b);
     bool free_block = xsa_block_is_free(b);
     if (b->allocated && b->event_count) return xsa_check_fail(err, n, "block %#lx: allocated with events", (unsigned long)b->ptr);
+    if (b->capture_deferred) {
+        if (b->allocated || b->event_count)
+            return xsa_check_fail(err, n, "block %#lx: deferred by a capture but allocated or waiting for events", (unsigned long)b->ptr);
+        c->deferred++;
+    }
     if (b->in_free_set != free_block)
         return xsa_check_fail(err, n, "block %#lx: in_free_set=%d but free=%d", (unsigned long)b->ptr, b->in_free_set, free_block);
     if (xsa_ptr_map_get(&p->allocated, b->ptr) != (b->allocated ? b : NULL))
@@ -125,10 +133,11 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     return 1;
 }
 
-/* The free set's own checker, then an in-order walk: keys increase, count
- * and bytes match the blocks, each stream is attached once per segment. */
-static int check_free_set(const xsa_pool *p, int kind, const recount *c, char *err, size_t n) {
-    const xsa_free_set *set = &p->free[kind];
+/* Memory pool mp's free set of `kind`: its own checker, then an in-order
+ * walk: keys increase, every block is mp's, count and bytes match the
+ * walk, each stream is attached once per segment of mp. */
+static int check_free_set(const xsa_pool *p, const xsa_mempool *mp, int kind, recount *c, char *err, size_t n) {
+    const xsa_free_set *set = &mp->free[kind];
     if (!xsa_free_set_check(set, err, n)) return 0;
     size_t count = 0, bytes = 0;
     const xsa_block *prev = NULL;
@@ -137,18 +146,24 @@ static int check_free_set(const xsa_pool *p, int kind, const recount *c, char *e
                       (prev->stream == b->stream && (prev->size < b->size || (prev->size == b->size && prev->ptr < b->ptr)))))
             return xsa_check_fail(err, n, "free set %d: out of order at %#lx", kind, (unsigned long)b->ptr);
         if ((int)b->seg->kind != kind) return xsa_check_fail(err, n, "free set %d holds a block of the other pool", kind);
+        if (b->seg->mp != mp)
+            return xsa_check_fail(err, n, "free set %d of memory pool (%llu, %llu) holds block %#lx of another memory pool",
+                                  kind, (unsigned long long)mp->id.first, (unsigned long long)mp->id.second, (unsigned long)b->ptr);
         count++;
         bytes += b->size;
         prev = b;
     }
-    if (count != set->count || count != c->free_blocks[kind] || bytes != set->bytes || bytes != c->free_bytes[kind])
-        return xsa_check_fail(err, n, "free set %d: %zu blocks/%zu bytes walked, %zu/%zu counted, %zu/%zu free in segments", kind,
-                    count, bytes, set->count, set->bytes, c->free_blocks[kind], c->free_bytes[kind]);
+    if (count != set->count || bytes != set->bytes)
+        return xsa_check_fail(err, n, "free set %d: %zu blocks/%zu bytes walked, %zu/%zu counted", kind, count, bytes,
+                              set->count, set->bytes);
+    c->walked_blocks[kind] += count;
+    c->walked_bytes[kind] += bytes;
     size_t segments = 0;
     for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
-        if ((int)s->kind != kind) continue;
+        if ((int)s->kind != kind || s->mp != mp) continue;
         size_t same = 0;
-        for (const xsa_seg *t = p->segments; t; t = t->next_seg) same += t->kind == s->kind && t->stream == s->stream;
+        for (const xsa_seg *t = p->segments; t; t = t->next_seg)
+            same += t->kind == s->kind && t->stream == s->stream && t->mp == mp;
         if (xsa_free_set_segments(set, s->stream) != same)
             return xsa_check_fail(err, n, "free set %d: stream %p attached %zu times for %zu segments", kind, s->stream,
                         xsa_free_set_segments(set, s->stream), same);
@@ -156,6 +171,68 @@ static int check_free_set(const xsa_pool *p, int kind, const recount *c, char *e
     }
     if (segments != set->segments)
         return xsa_check_fail(err, n, "free set %d: %zu segments attached, %zu exist", kind, set->segments, segments);
+    return 1;
+}
+
+/* Memory pool mp: its segment count agrees with a recount, one
+ * expandable segment per (stream, kind), and its free sets check. */
+static int check_mempool(const xsa_pool *p, const xsa_mempool *mp, recount *c, char *err, size_t n) {
+    size_t segments = 0;
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if (s->mp != mp) continue;
+        segments++;
+        for (const xsa_seg *t = s->next_seg; t && s->expandable; t = t->next_seg)
+            if (t->mp == mp && t->expandable && t->kind == s->kind && t->stream == s->stream)
+                return xsa_check_fail(err, n, "two expandable segments of one memory pool, stream and kind");
+    }
+    unsigned long long a = mp->id.first, b = mp->id.second;
+    if (segments != mp->segments)
+        return xsa_check_fail(err, n, "memory pool (%llu, %llu): %zu segments counted, %zu found", a, b, mp->segments,
+                              segments);
+    if (mp->use_count < 0 || (xsa_mempool_is_global(p, mp) && mp->use_count != 1))
+        return xsa_check_fail(err, n, "memory pool (%llu, %llu): use count %d", a, b, mp->use_count);
+    for (int k = 0; k < XSA_POOL_KINDS; k++)
+        if (!check_free_set(p, mp, k, c, err, n)) return 0;
+    return 1;
+}
+
+/* Every segment's memory pool is listed, ids are distinct and private,
+ * routings name distinct pools in use, the capture count and the deferred
+ * frees agree with them. */
+static int check_mempools(const xsa_pool *p, recount *c, char *err, size_t n) {
+    if (!check_mempool(p, &p->global, c, err, n)) return 0;
+    size_t listed = 0;
+    for (const xsa_mempool *mp = p->mempools; mp; mp = mp->next, listed++) {
+        if (!mp->id.first && !mp->id.second) return xsa_check_fail(err, n, "a memory pool has id (0, 0)");
+        for (const xsa_mempool *o = mp->next; o; o = o->next)
+            if (o->id.first == mp->id.first && o->id.second == mp->id.second)
+                return xsa_check_fail(err, n, "two memory pools (%llu, %llu)", (unsigned long long)mp->id.first,
+                                      (unsigned long long)mp->id.second);
+        if (!check_mempool(p, mp, c, err, n)) return 0;
+    }
+    size_t in_segments = p->global.segments;
+    for (const xsa_mempool *mp = p->mempools; mp; mp = mp->next) in_segments += mp->segments;
+    size_t segments = 0;
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg) segments++;
+    if (in_segments != segments) return xsa_check_fail(err, n, "%zu segments, %zu in listed memory pools", segments, in_segments);
+    int capturing = 0;
+    for (int i = 0; i < p->n_routes; i++) {
+        const xsa_mempool *mp = p->routes[i].mp;
+        if (xsa_mempool_is_global(p, mp) || mp->use_count < 1)
+            return xsa_check_fail(err, n, "routing %d: to the global or a released memory pool", i);
+        for (int j = i + 1; j < p->n_routes; j++)
+            if (p->routes[j].mp == mp) return xsa_check_fail(err, n, "routings %d and %d: one memory pool", i, j);
+        capturing += p->routes[i].capture;
+    }
+    if (capturing != p->capturing) return xsa_check_fail(err, n, "%d capturing routings, %d counted", capturing, p->capturing);
+    if (c->deferred != p->n_deferred)
+        return xsa_check_fail(err, n, "%zu blocks deferred by a capture, %zu queued", c->deferred, p->n_deferred);
+    for (size_t i = 0; i < p->n_deferred; i++)
+        if (!p->deferred[i]->capture_deferred) return xsa_check_fail(err, n, "a queued deferred block is not deferred");
+    for (int k = 0; k < XSA_POOL_KINDS; k++)
+        if (c->walked_blocks[k] != c->free_blocks[k] || c->walked_bytes[k] != c->free_bytes[k])
+            return xsa_check_fail(err, n, "free sets %d: %zu blocks/%zu bytes, %zu/%zu free in segments", k,
+                                  c->walked_blocks[k], c->walked_bytes[k], c->free_blocks[k], c->free_bytes[k]);
     return 1;
 }
 
@@ -210,8 +287,7 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
     memset(&c, 0, sizeof c);
     for (const xsa_seg *s = p->segments; s; s = s->next_seg)
         if (!check_segment(p, s, &c, err, n)) return 0;
-    for (int k = 0; k < XSA_POOL_KINDS; k++)
-        if (!check_free_set(p, k, &c, err, n)) return 0;
+    if (!check_mempools(p, &c, err, n)) return 0;
     if (!check_exports(p, &c, err, n) || !check_drains(p, &c, err, n)) return 0;
     const xsa_device_stats *st = &p->stats;
     if (!check_stat("allocation", st->allocation, c.allocation, err, n) ||

@@ -5,8 +5,10 @@
 void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest) {
     size_t total = 0, big = 0;
     for (int k = 0; k < XSA_POOL_KINDS; k++) {
-        total += p->free[k].bytes;
-        for (xsa_block *b = xsa_free_set_first(&p->free[k]); b; b = xsa_free_set_next(&p->free[k], b))
+        /* The global memory pool's, as PyTorch's cacheInfo. */
+        const xsa_free_set *set = &p->global.free[k];
+        total += set->bytes;
+        for (xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b))
             if (b->size > big) big = b->size;
     }
     if (cached_free) *cached_free = total;

@@ -42,67 +42,6 @@ static size_t allocation_size(size_t size) {
     return XSA_ROUND_LARGE * ((size + XSA_ROUND_LARGE - 1) / XSA_ROUND_LARGE);
 }
 
-/* ---- helpers shared with the other pool files ---- */
-
-void xsa_pool_driver_error(xsa_pool *p, const char *call, xsa_cu_result r, char *err, size_t errlen) {
-    snprintf(err, errlen, "device %d: %s failed: %s (CUresult %d)", p->device, call, p->drv->error_string(r), r);
-}
-
-void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s) {
-    s->prev_seg = NULL;
-    s->next_seg = p->segments;
-    if (p->segments) p->segments->prev_seg = s;
-    p->segments = s;
-}
-
-void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s) {
-    if (s->prev_seg)
-        s->prev_seg->next_seg = s->next_seg;
-    else
-        p->segments = s->next_seg;
-    if (s->next_seg) s->next_seg->prev_seg = s->prev_seg;
-    xsa_free_set_detach(&p->free[s->kind], s->stream);
-    free(s);
-}
-
-/* inactive_split counts the free split blocks of classic segments only, as
- * PyTorch's does: the free pages of an expandable segment can always be
- * released. Like PyTorch, the hot paths change it once by the net effect
- * of a split or merge. */
-typedef struct split_tally {
-    int64_t count, bytes;
-} split_tally;
-
-/* Adds (sign +1) or takes away (-1) b's share of inactive_split. */
-static inline void tally(split_tally *t, const xsa_block *b, int sign) {
-    if (b->seg->expandable || !xsa_block_is_split(b)) return;
-    t->count += sign;
-    t->bytes += sign * (int64_t)b->size;
-}
-
-static inline void inactive_split_change(xsa_pool *p, xsa_pool_kind kind, split_tally t) {
-    if (t.count) xsa_stats_update(p->stats.inactive_split, kind, t.count);
-    if (t.bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, t.bytes);
-}
-
-/* A block becoming free: its age for garbage collection. */
-static inline void stamp_free(xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
-
-void xsa_pool_insert_free(xsa_pool *p, xsa_block *b) {
-    split_tally t = {0, 0};
-    stamp_free(p, b);
-    xsa_free_set_insert(&p->free[b->seg->kind], b);
-    tally(&t, b, +1);
-    inactive_split_change(p, b->seg->kind, t);
-}
-
-void xsa_pool_erase_free(xsa_pool *p, xsa_block *b) {
-    split_tally t = {0, 0};
-    tally(&t, b, -1);
-    inactive_split_change(p, b->seg->kind, t);
-    xsa_free_set_erase(&p->free[b->seg->kind], b);
-}
-
 /* ---- create / destroy ---- */
 
 /* The sentence to print once about a setting the device cannot honour. */
@@ -136,6 +75,7 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
     p->drv = drv;
     p->device = device;
     p->opt = *opt;
+    p->global.use_count = 1;
     xsa_events_init(&p->events, drv, device);
     xsa_cu_result r = XSA_DRV(drv, device_total_mem, &p->device_total, device);
     const char *call = "cuDeviceTotalMem";
@@ -195,7 +135,7 @@ void xsa_pool_destroy(xsa_pool *p) {
         free_segment_blocks(p, s);
         xsa_pool_drop_segment(p, s);
     }
-    for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&p->free[k]);
+    xsa_mempool_destroy_all(p);
     xsa_block_cache_clear(&p->blocks);
     xsa_ptr_map_destroy(&p->allocated);
     free(p);
@@ -210,8 +150,8 @@ static size_t expandable_size(const xsa_block *b) {
 /* PyTorch's get_free_block: best fit on (stream, size), with the oversize
  * rules, and for expandable segments the size a block could grow to. The
  * block stays in the free set. */
-static xsa_block *get_free_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
-    xsa_free_set *set = &p->free[kind];
+static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size) {
+    xsa_free_set *set = &mp->free[kind];
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
     if (!b || b->stream != stream) return NULL;
@@ -234,33 +174,6 @@ static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
     return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
 }
 
-/* A new record for the first `size` bytes of b, linked before it; b's own
- * extent is the caller's to shrink. NULL if out of host memory. */
-static xsa_block *new_front(xsa_pool *p, xsa_block *b, size_t size) {
-    xsa_block *front = xsa_block_new(&p->blocks);
-    if (!front) return NULL;
-    front->ptr = b->ptr;
-    front->size = size;
-    front->stream = b->stream;
-    front->seg = b->seg;
-    front->mapped = b->mapped;
-    front->prev = b->prev;
-    if (front->prev) front->prev->next = front;
-    front->next = b;
-    b->prev = front;
-    xsa_fix_first(front);
-    return front;
-}
-
-xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size) {
-    xsa_block *front = new_front(p, b, size);
-    if (front) {
-        b->ptr += size;
-        b->size -= size;
-    }
-    return front;
-}
-
 /* Marks b allocated, in the pointer map (room was reserved) and the stats. */
 static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
     xsa_pool_kind kind = b->seg->kind;
@@ -281,20 +194,20 @@ static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
  * leaves it. NULL only if out of host memory, with b still in the set. */
 static xsa_block *alloc_cached_block(xsa_pool *p, xsa_block *b, size_t size, size_t requested) {
     xsa_pool_kind kind = b->seg->kind;
-    xsa_free_set *set = &p->free[kind];
-    split_tally t = {0, 0};
-    tally(&t, b, -1);
+    xsa_free_set *set = xsa_free_set_of(b);
+    xsa_split_tally t = {0, 0};
+    xsa_tally(&t, b, -1);
     if (should_split(p, b, size)) {
-        xsa_block *front = new_front(p, b, size);
+        xsa_block *front = xsa_pool_new_front(p, b, size);
         if (!front) return NULL;
         xsa_free_set_rekey(set, b, b->ptr + size, b->size - size);
-        stamp_free(p, b);
-        tally(&t, b, +1);
+        xsa_stamp_free(p, b);
+        xsa_tally(&t, b, +1);
         b = front;
     } else {
         xsa_free_set_erase(set, b);
     }
-    inactive_split_change(p, kind, t);
+    xsa_inactive_split_change(p, kind, t);
     hand_out(p, b, requested);
     return b;
 }
@@ -311,49 +224,11 @@ static xsa_block *alloc_new_block(xsa_pool *p, xsa_block *b, size_t size, size_t
     return b;
 }
 
-/* ---- new device memory ---- */
-
-xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_block **b, char *err,
-                              size_t errlen) {
-    xsa_seg *s = calloc(1, sizeof *s);
-    *b = s ? xsa_block_new(&p->blocks) : NULL;
-    if (!*b || !xsa_free_set_attach(&p->free[kind], stream)) {
-        if (*b) xsa_block_delete(&p->blocks, *b);
-        free(s);
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return NULL;
-    }
-    s->kind = kind;
-    s->stream = stream;
-    return s;
-}
-
-xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
-                                        char *err, size_t errlen) {
-    xsa_free_set_detach(&p->free[s->kind], s->stream);
-    xsa_block_delete(&p->blocks, b);
-    free(s);
-    if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
-    xsa_pool_driver_error(p, call, r, err, errlen);
-    return XSA_POOL_DRIVER_ERROR;
-}
-
-void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size) {
-    s->base = base;
-    s->size = size;
-    s->first = b;
-    b->ptr = base;
-    b->size = size;
-    b->stream = s->stream;
-    b->seg = s;
-    xsa_pool_link_segment(p, s);
-}
-
 /* A classic segment: one cuMemAlloc, one block covering it. */
-static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
+static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                      xsa_block **out, char *err, size_t errlen) {
     xsa_block *b;
-    xsa_seg *s = xsa_pool_new_records(p, kind, stream, &b, err, errlen);
+    xsa_seg *s = xsa_pool_new_records(p, mp, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
     xsa_devptr ptr = 0;
     xsa_cu_result r = xsa_driver_mem_alloc_relaxed(p->drv, &ptr, size, p->device);
@@ -371,13 +246,13 @@ static xsa_pool_status alloc_classic(xsa_pool *p, xsa_pool_kind kind, xsa_stream
 
 /* PyTorch's alloc_block: new memory for a request of `size` (block size)
  * whose classic segment would be `alloc_size`. */
-static xsa_pool_status alloc_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size, bool retry,
-                                   xsa_block **out, char *err, size_t errlen) {
+static xsa_pool_status alloc_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                   bool retry, xsa_block **out, char *err, size_t errlen) {
     if (retry) p->stats.num_alloc_retries++;
-    if (p->expandable) return xsa_expand_alloc(p, kind, stream, size, out, err, errlen);
+    if (p->expandable) return xsa_expand_alloc(p, mp, kind, stream, size, out, err, errlen);
     size_t alloc_size = allocation_size(size);
     if (p->reserved + alloc_size > p->allowed_max) return XSA_POOL_OOM;
-    return alloc_classic(p, kind, stream, alloc_size, out, err, errlen);
+    return alloc_classic(p, mp, kind, stream, alloc_size, out, err, errlen);
 }
 
 static void format_bytes(char *buf, size_t len, size_t bytes) {
@@ -419,19 +294,22 @@ static void block_done(void *ctx, xsa_block *b) {
     if (!b->ipc_exports) xsa_pool_free_block(ctx, b);
 }
 
-/* The miss path: PyTorch's order of fallbacks. */
-static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
-                                     xsa_block **out, char *err, size_t errlen) {
-    if (p->opt.garbage_collection_threshold > 0) xsa_garbage_collect(p);
-    xsa_pool_status st = alloc_block(p, kind, stream, size, false, out, err, errlen);
-    if (st != XSA_POOL_OOM) return st;
-    if (xsa_release_available(p, kind, stream, size)) {
-        st = alloc_block(p, kind, stream, size, false, out, err, errlen);
+/* The miss path: PyTorch's order of fallbacks. During a capture nothing
+ * is released: freeing memory synchronizes, and the full release waits
+ * for events. */
+static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream,
+                                     size_t size, xsa_block **out, char *err, size_t errlen) {
+    bool capturing = p->capturing > 0;
+    if (p->opt.garbage_collection_threshold > 0 && !capturing) xsa_garbage_collect(p);
+    xsa_pool_status st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
+    if (st != XSA_POOL_OOM || capturing) return st;
+    if (xsa_release_available(p, mp, kind, stream, size)) {
+        st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
         if (st != XSA_POOL_OOM) return st;
     }
     st = xsa_release_cached(p, err, errlen);
     if (st != XSA_POOL_OK) return st;
-    return alloc_block(p, kind, stream, size, true, out, err, errlen);
+    return alloc_block(p, mp, kind, stream, size, true, out, err, errlen);
 }
 
 xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen) {
@@ -445,17 +323,20 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }
-    if (p->events.outstanding) xsa_events_poll(&p->events, block_done, p); /* a call only when events wait */
+    /* A call only when events wait; none during a capture (a query of an
+     * event recorded in it would invalidate it). */
+    if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, block_done, p);
     if (p->exports) xsa_ipc_poll(p);
+    xsa_mempool *mp = __builtin_expect(p->n_routes == 0, 1) ? &p->global : xsa_mempool_route(p, stream);
     size_t rounded = round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
-    xsa_block *b = get_free_block(p, kind, stream, rounded), *a;
+    xsa_block *b = get_free_block(p, mp, kind, stream, rounded), *a;
     if (b) {
         a = alloc_cached_block(p, b, rounded, size);
     } else {
         XSA_OBSERVE(p, XSA_OBS_MEMORY_BEGIN, kind, 0, size, rounded, stream);
-        xsa_pool_status st = alloc_on_miss(p, kind, stream, rounded, &b, err, errlen);
+        xsa_pool_status st = alloc_on_miss(p, mp, kind, stream, rounded, &b, err, errlen);
         if (st == XSA_POOL_OOM) {
             p->stats.num_ooms++;
             oom_report(p, size, stream, err, errlen);
@@ -471,62 +352,6 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     XSA_OBSERVE(p, XSA_OBS_ALLOC, kind, a->ptr, size, a->size, stream);
     *out = (void *)a->ptr;
     return XSA_POOL_OK;
-}
-
-/* ---- free ---- */
-
-/* Takes gone out of its segment's block list and recycles its record. */
-static void unlink_block(xsa_pool *p, xsa_block *gone) {
-    if (gone->prev)
-        gone->prev->next = gone->next;
-    else
-        gone->seg->first = gone->next;
-    if (gone->next) gone->next->prev = gone->prev;
-    xsa_block_delete(&p->blocks, gone);
-}
-
-void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
-    if (gone->mapped) xsa_pool_erase_free(p, gone);
-    if (gone == keep->prev) keep->ptr = gone->ptr;
-    keep->size += gone->size;
-    unlink_block(p, gone);
-}
-
-static inline bool mergeable(const xsa_block *b) { return b && xsa_block_is_free(b); }
-
-/* Free neighbours merge with b into one free block. The record that stays
- * is a neighbour's if there is one: it is already in the free set, and
- * usually keeps its place there as it grows. */
-void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
-    size_t original = b->size;
-    xsa_pool_kind kind = b->seg->kind;
-    xsa_free_set *set = &p->free[kind];
-    XSA_OBSERVE(p, XSA_OBS_FREE_COMPLETED, kind, b->ptr, b->requested, b->size, b->stream);
-    xsa_block *prev = mergeable(b->prev) ? b->prev : NULL;
-    xsa_block *next = mergeable(b->next) ? b->next : NULL;
-    /* inactive_split changes by the net effect of the merge. */
-    split_tally t = {0, 0};
-    if (prev) tally(&t, prev, -1);
-    if (next) tally(&t, next, -1);
-    uintptr_t ptr = prev ? prev->ptr : b->ptr;
-    size_t size = (prev ? prev->size : 0) + b->size + (next ? next->size : 0);
-    xsa_block *keep = prev ? prev : next ? next : b;
-    if (prev && next) {
-        xsa_free_set_erase(set, next);
-        unlink_block(p, next);
-    }
-    if (keep != b) {
-        unlink_block(p, b);
-        xsa_free_set_rekey(set, keep, ptr, size);
-    } else {
-        xsa_free_set_insert(set, b);
-    }
-    stamp_free(p, keep);
-    tally(&t, keep, +1);
-    inactive_split_change(p, kind, t);
-    p->live_blocks--;
-    xsa_stats_sub(p->stats.active, kind, 1);
-    xsa_stats_sub(p->stats.active_bytes, kind, (int64_t)original);
 }
 
 /* The allocation that contains ptr, for error messages (slow path). */
@@ -553,18 +378,40 @@ static xsa_pool_status bad_pointer(const xsa_pool *p, const char *what, void *pt
     return XSA_POOL_BAD_POINTER;
 }
 
+/* A freed block used on other streams waits for events recorded on them
+ * now, or during a capture for its end (capture.c records them then). */
+static xsa_pool_status wait_for_uses(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
+    if (p->capturing) {
+        if (xsa_mempool_defer(p, b)) return XSA_POOL_OK;
+        snprintf(err, errlen, "device %d: out of host memory", p->device);
+        return XSA_POOL_HOST_OOM;
+    }
+    const char *call = "";
+    xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
+    if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
+    xsa_pool_driver_error(p, call, r, err, errlen);
+    return XSA_POOL_DRIVER_ERROR;
+}
+
+/* A block of released memory pool mp was freed: if it was the last, the
+ * pool's memory goes back (a failure leaves it to empty_cache; the free
+ * has succeeded). Out of line: the hot path only tests use_count. */
+static __attribute__((noinline, cold)) void free_released(xsa_pool *p, xsa_mempool *mp) {
+    char ignored[256];
+    if (!p->capturing && !xsa_mempool_in_use(p, mp)) xsa_release_mempool(p, mp, ignored, sizeof ignored);
+}
+
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
     xsa_block *b = xsa_ptr_map_remove(&p->allocated, (uintptr_t)ptr);
     if (!b) return bad_pointer(p, "xsa_free", ptr, err, errlen);
     if (b->n_stream_uses > 0) {
-        const char *call = "";
-        xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
-        if (r != XSA_CU_SUCCESS) {
+        xsa_pool_status st = wait_for_uses(p, b, err, errlen);
+        if (st != XSA_POOL_OK) {
             xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b); /* still allocated; its slot was just freed */
-            xsa_pool_driver_error(p, call, r, err, errlen);
-            return XSA_POOL_DRIVER_ERROR;
+            return st;
         }
     }
+    xsa_mempool *mp = b->seg->mp;
     xsa_pool_kind kind = b->seg->kind;
     size_t size = b->size, requested = b->requested; /* b may merge away below */
     xsa_stream stream = b->stream;
@@ -576,9 +423,10 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
     if (b->ipc_exports)
         xsa_ipc_poll(p); /* returns b to the cache if its exports are over */
-    else if (b->event_count == 0)
+    else if (b->event_count == 0 && !b->capture_deferred)
         xsa_pool_free_block(p, b);
     XSA_OBSERVE(p, XSA_OBS_FREE_END, kind, (uintptr_t)ptr, requested, size, stream);
+    if (__builtin_expect(xsa_mempool_released(mp), 0)) free_released(p, mp);
     return XSA_POOL_OK;
 }
 

@@ -16,6 +16,15 @@
  * streams at free time have completed (polled on each malloc, waited for
  * when the cache is released). Stats follow PyTorch's names and definitions.
  *
+ * Memory pools (PyTorch's private pools): segments and free sets belong to
+ * a memory pool, the device's global one unless a routing
+ * (begin_allocate_to_pool) sends the request's stream to another; a block
+ * only ever returns to its own pool's free set. The release paths
+ * (empty_cache, OOM fallbacks, garbage collection) and page recycling
+ * touch the global pool and released pools only. While a capture is under
+ * way no event is queried or waited for: a cross-stream free is deferred
+ * until it ends, and a miss does not release the cache.
+ *
  * Not thread safe: the caller (api/) holds the device's lock. The pool uses
  * the public stats struct of api/xsalloc.h as its type (no calls go back to
  * api/).
@@ -94,6 +103,26 @@ xsa_pool_status xsa_pool_ipc_export(xsa_pool *p, void *ptr, xsa_ipc_handle *out,
 /* Ends a pending export that was not imported. */
 xsa_pool_status xsa_pool_ipc_revoke(xsa_pool *p, uint64_t export_id, char *err, size_t errlen);
 
+/* Memory pools (semantics in api/xsalloc.h, xsa_mempool_create and on).
+ * Id {0, 0} (the global pool) is XSA_POOL_INVALID, and so are releasing
+ * a pool that does not exist or is released, routing twice to one pool and
+ * ending a routing that does not exist. begin's `capture` says that a
+ * graph capture is under way while the routing lasts (no event queries,
+ * cross-stream frees deferred, no cache release on a miss); the API sets
+ * it for every routing, as PyTorch does, until capture status is read
+ * from the driver (cuStreamGetCaptureInfo). end flushes the deferred
+ * frees once no capture is left (a driver error leaves them deferred, to
+ * be tried again at the next end or empty_cache). */
+xsa_pool_status xsa_pool_mempool_create(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen);
+xsa_pool_status xsa_pool_mempool_release(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen);
+xsa_pool_status xsa_pool_begin_allocate_to_pool(xsa_pool *p, xsa_mempool_id id, xsa_stream_filter filter, void *ctx,
+                                                bool capture, char *err, size_t errlen);
+xsa_pool_status xsa_pool_end_allocate_to_pool(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen);
+/* Is a capture under way on the device? */
+bool xsa_pool_capturing(const xsa_pool *p);
+/* Does memory pool id exist (released or not)? Its use count in *uses. */
+bool xsa_pool_mempool_exists(const xsa_pool *p, xsa_mempool_id id, int *uses);
+
 /* PyTorch's round_size: the block size a request of `size` bytes gets. */
 size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size);
 
@@ -116,6 +145,7 @@ typedef struct xsa_snap_segment {
     uintptr_t addr;
     size_t total_size, allocated_size, active_size, requested_size;
     xsa_stream stream;
+    xsa_mempool_id pool_id;  /* its memory pool; {0, 0}: the global one */
     bool large;
     bool expandable;
     uintptr_t reservation;   /* base of the expandable range holding it; addr if classic */
@@ -126,6 +156,7 @@ typedef struct xsa_snap_reservation {
     uintptr_t addr;
     size_t size, mapped;
     xsa_stream stream;
+    xsa_mempool_id pool_id;
     bool large;
 } xsa_snap_reservation;
 

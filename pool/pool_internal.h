@@ -1,7 +1,14 @@
 /*
- * pool/pool_internal: the pool's state, shared by its source files
- * (pool.c: malloc/free; expand.c: expandable segments; release.c: giving
- * memory back; ipc.c: IPC exports; peer.c: peer access; stats.c; check.c). Not part of the pool's interface.
+ * pool/pool_internal: the pool's state, shared by its source files. The
+ * core, which calls nothing above it: core.c (segments, free-set
+ * membership, split and merge), mempool.c (memory pool records and
+ * routing), free_set.c, block.c, events.c, stats.c. The policies above it:
+ * pages.c (an expandable segment's pages as blocks), recycle.c (page
+ * recycling), expand.c (growing expandable segments), release.c (giving
+ * memory back), ipc.c (IPC exports), peer.c (peer access), capture.c (the
+ * memory pool calls and capture); pool.c (malloc/free) on top; check.c,
+ * snapshot.c and info.c read. No file calls one above it. Not part of the
+ * pool's interface.
  */
 #ifndef XSA_POOL_INTERNAL_H
 #define XSA_POOL_INTERNAL_H
@@ -22,9 +29,32 @@
 #define XSA_MIN_LARGE_ALLOC ((size_t)10 << 20)
 #define XSA_ROUND_LARGE ((size_t)2 << 20)
 
+/* A memory pool (PyTorch's private pool / MemPool): its own segments and
+ * free sets, so that its memory goes to its own allocations only. The
+ * device's allocator has one built in, the global memory pool (id {0, 0}),
+ * which serves every allocation not routed to another one. */
+typedef struct xsa_mempool {
+    xsa_mempool_id id;
+    int use_count;             /* creates and begins, less releases; 0: released (global: always 1) */
+    size_t segments;           /* its segments */
+    xsa_free_set free[XSA_POOL_KINDS];
+    struct xsa_mempool *next;
+} xsa_mempool;
+
+/* Routing of a begin_allocate_to_pool: allocations on streams `filter`
+ * accepts (every stream if NULL) go to mp. */
+typedef struct xsa_route {
+    xsa_mempool *mp;
+    xsa_stream_filter filter;
+    void *ctx;
+    bool capture;              /* a graph capture: no event queries while it lasts */
+} xsa_route;
+
 /* A segment: a cuMemAlloc'd range (classic), or the reserved range of an
- * expandable segment (one per stream and pool kind). */
+ * expandable segment (one per memory pool, stream and pool kind). */
 typedef struct xsa_seg {
+    xsa_mempool *mp;
+    xsa_free_set *set;         /* mp->free[kind]: one load on the hot paths */
     xsa_pool_kind kind;
     xsa_stream stream;
     bool expandable;
@@ -69,7 +99,15 @@ struct xsa_pool {
     size_t page_size;
     size_t reserved;           /* bytes mapped or cuMemAlloc'd (PyTorch's total_allocated_memory) */
     int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
-    xsa_free_set free[XSA_POOL_KINDS];
+    xsa_mempool global;        /* the device's own cache */
+    xsa_mempool *mempools;     /* the others, newest first */
+    xsa_route *routes;         /* oldest first; the oldest accepting route wins */
+    int n_routes, cap_routes;
+    int capturing;             /* routes with capture set */
+    /* Blocks freed during capture with uses on other streams: their
+     * events are recorded once no capture is under way (capture.c). */
+    xsa_block **deferred;
+    size_t n_deferred, cap_deferred;
     uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
     xsa_ptr_map allocated;
     xsa_block_cache blocks;
@@ -129,6 +167,33 @@ static inline void xsa_stats_sub(xsa_stat *stat_by_type, xsa_pool_kind kind, int
     stat_by_type[1 + kind].freed += amount;
 }
 
+/* The free set of block b's memory pool and kind. */
+static inline xsa_free_set *xsa_free_set_of(const xsa_block *b) { return b->seg->set; }
+
+/* inactive_split counts the free split blocks of classic segments only, as
+ * PyTorch's does: the free pages of an expandable segment can always be
+ * released. Like PyTorch, the hot paths change it once by the net effect
+ * of a split or merge. */
+typedef struct xsa_split_tally {
+    int64_t count, bytes;
+} xsa_split_tally;
+
+/* Adds (sign +1) or takes away (-1) b's share of inactive_split. */
+static inline void xsa_tally(xsa_split_tally *t, const xsa_block *b, int sign) {
+    if (b->seg->expandable || !xsa_block_is_split(b)) return;
+    t->count += sign;
+    t->bytes += sign * (int64_t)b->size;
+}
+
+static inline void xsa_inactive_split_change(xsa_pool *p, xsa_pool_kind kind, xsa_split_tally t) {
+    if (t.count) xsa_stats_update(p->stats.inactive_split, kind, t.count);
+    if (t.bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, t.bytes);
+}
+
+/* A block becoming free: its age for garbage collection. */
+static inline void xsa_stamp_free(const xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
+
+
 /* Free-set membership with the inactive_split accounting it implies. */
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b);
 void xsa_pool_erase_free(xsa_pool *p, xsa_block *b);
@@ -140,6 +205,9 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b);
 /* Removes block `gone` (a free or unmapped neighbour of keep, like it in
  * mapping) and extends keep over it. */
 void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone);
+/* A new record for the first `size` bytes of b, linked before it; b's own
+ * extent is the caller's to shrink. NULL if out of host memory. */
+xsa_block *xsa_pool_new_front(xsa_pool *p, xsa_block *b, size_t size);
 /* Splits a new block of `size` bytes off the start of b (not in a free
  * set); NULL if out of host memory. */
 xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size);
@@ -149,11 +217,59 @@ static inline void xsa_fix_first(xsa_block *b) {
     if (!b->prev) b->seg->first = b;
 }
 
-/* expand.c */
-xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size,
-                                 xsa_block **out, char *err, size_t errlen);
+/* mempool.c: memory pool records and routing (core: calls only free sets). */
+/* The memory pool of id, or NULL; the global one for {0, 0}. */
+xsa_mempool *xsa_mempool_find(xsa_pool *p, xsa_mempool_id id);
+/* A new memory pool record with use_count 1; NULL if out of host memory. */
+xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id);
+/* Unlinks and frees a memory pool that has no segment left. */
+void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp);
+/* Does a block of mp's segments hold memory in use? (A scan: asked only
+ * of released pools, so that the hot paths keep no count.) */
+bool xsa_mempool_in_use(const xsa_pool *p, const xsa_mempool *mp);
+/* The memory pool an allocation on `stream` goes to (routes are set). */
+xsa_mempool *xsa_mempool_route(xsa_pool *p, xsa_stream stream);
+/* The route to mp, or -1. */
+int xsa_mempool_route_index(const xsa_pool *p, const xsa_mempool *mp);
+/* Adds a route (false if out of host memory) / removes route i. */
+bool xsa_mempool_add_route(xsa_pool *p, xsa_mempool *mp, xsa_stream_filter filter, void *ctx, bool capture);
+void xsa_mempool_remove_route(xsa_pool *p, int i);
+/* Queues b (freed during capture, with uses on other streams) for its
+ * events; false if out of host memory, b unchanged. */
+bool xsa_mempool_defer(xsa_pool *p, xsa_block *b);
+/* Frees every record (pool teardown; the segments are gone). */
+void xsa_mempool_destroy_all(xsa_pool *p);
+
+static inline bool xsa_mempool_is_global(const xsa_pool *p, const xsa_mempool *mp) { return mp == &p->global; }
+/* Released (use_count 0): its free memory may go back to the device. */
+static inline bool xsa_mempool_released(const xsa_mempool *mp) { return mp->use_count == 0; }
+
+/* pages.c */
 /* Unmaps the whole pages inside free block b, splitting it around them. */
-xsa_pool_status xsa_expand_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
+xsa_pool_status xsa_pages_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
+/* Destroys an expandable segment with no mapped page. If the driver refuses
+ * to free its reservation, the segment stays (empty) and false is returned:
+ * the next release tries again. */
+bool xsa_pages_destroy_segment(xsa_pool *p, xsa_seg *s);
+/* The accounting of pages that segment s gained (sign +1) or lost (-1),
+ * called after the change: `moved` between segments, `created` new or
+ * released (device allocations and frees). */
+void xsa_pages_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign);
+/* Makes pages [lo, hi) of free block b a block of their own (b, out of the
+ * free set); the rest of b stays free around it. Host OOM leaves b as it was. */
+xsa_pool_status xsa_pages_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintptr_t hi, char *err, size_t errlen);
+/* Puts b (mapped, not in use, out of the free set) back in the cache,
+ * merged with free neighbours. */
+void xsa_pages_return_free(xsa_pool *p, xsa_block *b);
+/* The largest range of pages [*first, *end) of whole chunks inside free
+ * block b; false if there is none. */
+bool xsa_pages_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end);
+/* Merges unmapped block u with unmapped neighbours. */
+void xsa_pages_merge_unmapped(xsa_pool *p, xsa_block *u);
+
+/* expand.c */
+xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
+                                 xsa_block **out, char *err, size_t errlen);
 
 /* stats.c: the highest allocated bytes seen, peak resets notwithstanding. */
 int64_t xsa_pool_allocated_high(const xsa_pool *p);
@@ -177,25 +293,6 @@ void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);
 xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait);
 /* Pool teardown: unmaps every old address without waiting. */
 void xsa_recycle_destroy(xsa_pool *p);
-/* Destroys an expandable segment with no mapped page. If the driver refuses
- * to free its reservation, the segment stays (empty) and false is returned:
- * the next release tries again. */
-bool xsa_expand_destroy_segment(xsa_pool *p, xsa_seg *s);
-/* The accounting of pages that segment s gained (sign +1) or lost (-1),
- * called after the change: `moved` between segments, `created` new or
- * released (device allocations and frees). */
-void xsa_expand_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign);
-/* Makes pages [lo, hi) of free block b a block of their own (b, out of the
- * free set); the rest of b stays free around it. Host OOM leaves b as it was. */
-xsa_pool_status xsa_expand_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintptr_t hi, char *err, size_t errlen);
-/* Puts b (mapped, not in use, out of the free set) back in the cache,
- * merged with free neighbours. */
-void xsa_expand_return_free(xsa_pool *p, xsa_block *b);
-/* The largest range of pages [*first, *end) of whole chunks inside free
- * block b; false if there is none. */
-bool xsa_expand_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end);
-/* Merges unmapped block u with unmapped neighbours. */
-void xsa_expand_merge_unmapped(xsa_pool *p, xsa_block *u);
 
 /* ipc.c: whether exportable pages work on the device (attribute and a
  * trial cuMemCreate); drops the exports seen closed or revoked, returning
@@ -209,17 +306,20 @@ xsa_pool_status xsa_peer_enable_all(xsa_pool *p, char *err, size_t errlen);
 
 /* release.c */
 xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen);
-bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size);
+bool xsa_release_available(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size);
+/* Released memory pool mp gives its free memory back, and its record once
+ * it has no segment (not while a capture is under way). */
+xsa_pool_status xsa_release_mempool(xsa_pool *p, xsa_mempool *mp, char *err, size_t errlen);
 void xsa_garbage_collect(xsa_pool *p);
 /* Frees free unsplit classic block b's segment; on a driver error nothing changes. */
 xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b);
 
-/* New segments: records of (kind, stream), with the stream attached to the
- * free set (NULL if out of host memory, err set), their release when the
+/* New segments: records of (memory pool, kind, stream), with the stream
+ * attached to the memory pool's free set (NULL if out of host memory, err set), their release when the
  * driver call failed (the status to return), and the segment filled in as
  * one block covering it and linked (xsa_pool_drop_segment ends it). */
-xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, xsa_block **b, char *err,
-                              size_t errlen);
+xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, xsa_block **b,
+                              char *err, size_t errlen);
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen);
 void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size);

@@ -23,7 +23,10 @@
  * (at its new address), and is unmapped once the event has completed,
  * polled at the next growth, never waited for on the allocation path.
  * Blocks waiting for record_stream events or pinned by IPC exports are not
- * free, so they are never taken.
+ * free, so they are never taken. Pages come from the global memory pool
+ * only: a memory pool's free blocks may be a captured graph's memory,
+ * whose addresses must stay. Nothing moves during a capture (the fence
+ * queries an event).
  *
  * Moving a page is not free: an unmap, a map and an access change, about
  * 57 us of driver time on an H100, against about 47 us for a new page. So a
@@ -38,7 +41,7 @@
 #include <stdlib.h>
 
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages) {
-    if (!p->opt.page_recycling) return 0;
+    if (!p->opt.page_recycling || p->capturing) return 0;
     int64_t high = xsa_pool_allocated_high(p);
     int64_t after = p->stats.allocated_bytes[XSA_STAT_ALL].current + (int64_t)size;
     if (after > high) high = after;
@@ -71,7 +74,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
                         size_t *n_chunks) {
     xsa_seg *s = b->seg;
     size_t page = p->page_size, first, end, lo, start, n = 0;
-    if (!xsa_expand_whole_chunks(p, b, &first, &end)) return 0;
+    if (!xsa_pages_whole_chunks(p, b, &first, &end)) return 0;
     for (lo = end; lo > first; lo = start) {
         size_t len = xsa_segment_chunk(&s->vm, lo - 1, &start);
         if (n + len > want) break;
@@ -85,7 +88,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
         free(d);
         return 0;
     }
-    if (xsa_expand_isolate(p, b, s->base + lo * page, s->base + end * page, err, sizeof err) != XSA_POOL_OK) {
+    if (xsa_pages_isolate(p, b, s->base + lo * page, s->base + end * page, err, sizeof err) != XSA_POOL_OK) {
         xsa_events_put_event(&p->events, d->event);
         free(d);
         return 0;
@@ -94,7 +97,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
         chunks[(*n_chunks)++] = (xsa_chunk){s->vm.handles[c], s->vm.chunk_pages[c]};
     b->draining = true;
     s->draining_pages += n;
-    xsa_expand_account(p, s, n, 0, -1);
+    xsa_pages_account(p, s, n, 0, -1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, b->ptr, b->size, b->size, s->stream);
     d->block = b;
     d->next = p->drains;
@@ -108,7 +111,7 @@ static size_t take_pass(xsa_pool *p, const xsa_seg *target, bool other, const xs
                         const xsa_block *keep2, size_t pages, xsa_chunk *chunks, size_t *n_chunks) {
     size_t got = 0;
     for (int k = 0; k < XSA_POOL_KINDS && got < pages; k++) {
-        xsa_free_set *set = &p->free[k];
+        xsa_free_set *set = &p->global.free[k];
         /* Ascending (stream, size). Each step finds the next block before
          * b is split. */
         xsa_block *b = other ? xsa_free_set_first(set) : xsa_free_set_lower_bound(set, target->stream, p->page_size);
@@ -153,8 +156,8 @@ void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark) {
         p->drains = d->next;
         b->draining = false;
         b->seg->draining_pages -= pages_of(p, b);
-        xsa_expand_account(p, b->seg, pages_of(p, b), 0, +1);
-        xsa_expand_return_free(p, b);
+        xsa_pages_account(p, b->seg, pages_of(p, b), 0, +1);
+        xsa_pages_return_free(p, b);
         forget(p, d);
     }
 }
@@ -167,7 +170,7 @@ static xsa_cu_result finish(xsa_pool *p, xsa_drain *d) {
     b->seg->draining_pages -= pages_of(p, b);
     b->draining = false;
     b->mapped = false;
-    xsa_expand_merge_unmapped(p, b);
+    xsa_pages_merge_unmapped(p, b);
     return XSA_CU_SUCCESS;
 }
 

@@ -6,6 +6,12 @@
  * synchronizing events), garbage collection of the oldest cached blocks,
  * and empty_cache. Only free-set blocks are released: blocks pinned by IPC
  * exports wait outside it, so their pages are never unmapped here.
+ *
+ * Memory pools: only the global one and released ones give memory back. A
+ * memory pool in use keeps every page (a captured graph replays over the
+ * addresses of its freed blocks); a released one gives back its free
+ * memory at empty_cache, and all of it once its last block is freed, and
+ * its record goes with its last segment.
  */
 #include "pool/pool_internal.h"
 
@@ -32,17 +38,17 @@ xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
 
 /* Releases what can be released of free block b (which is in the free set). */
 static xsa_pool_status release_free_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
-    if (b->seg->expandable) return xsa_expand_unmap_block(p, b, err, errlen);
+    if (b->seg->expandable) return xsa_pages_unmap_block(p, b, err, errlen);
     xsa_cu_result r = xsa_block_is_split(b) ? XSA_CU_SUCCESS : xsa_release_classic_block(p, b);
     if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
     xsa_pool_driver_error(p, "cuMemFree", r, err, errlen);
     return XSA_POOL_DRIVER_ERROR;
 }
 
-/* Releases every free block of one pool kind. Blocks are collected first:
- * releasing changes the free set. */
-static xsa_pool_status release_pool(xsa_pool *p, xsa_pool_kind kind, char *err, size_t errlen) {
-    xsa_free_set *set = &p->free[kind];
+/* Releases every free block of one pool kind of memory pool mp. Blocks are
+ * collected first: releasing changes the free set. */
+static xsa_pool_status release_kind(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, char *err, size_t errlen) {
+    xsa_free_set *set = &mp->free[kind];
     size_t n = set->count;
     if (n == 0) return XSA_POOL_OK;
     xsa_block **blocks = malloc(n * sizeof *blocks);
@@ -58,12 +64,27 @@ static xsa_pool_status release_pool(xsa_pool *p, xsa_pool_kind kind, char *err, 
     return st;
 }
 
-/* Expandable segments with nothing mapped give their reservation back. */
-static void drop_empty_segments(xsa_pool *p) {
+/* mp's expandable segments with nothing mapped give their reservation back. */
+static void drop_empty_segments(xsa_pool *p, const xsa_mempool *mp) {
     for (xsa_seg *s = p->segments, *next; s; s = next) {
         next = s->next_seg;
-        if (s->expandable && s->vm.mapped_pages == 0) xsa_expand_destroy_segment(p, s);
+        if (s->mp == mp && s->expandable && s->vm.mapped_pages == 0) xsa_pages_destroy_segment(p, s);
     }
+}
+
+/* Everything free in memory pool mp goes back to the device. */
+static xsa_pool_status release_mempool_free(xsa_pool *p, xsa_mempool *mp, char *err, size_t errlen) {
+    xsa_pool_status st = release_kind(p, mp, XSA_POOL_LARGE, err, errlen);
+    if (st == XSA_POOL_OK) st = release_kind(p, mp, XSA_POOL_SMALL, err, errlen);
+    drop_empty_segments(p, mp);
+    return st;
+}
+
+xsa_pool_status xsa_release_mempool(xsa_pool *p, xsa_mempool *mp, char *err, size_t errlen) {
+    if (p->capturing || !xsa_mempool_released(mp)) return XSA_POOL_OK;
+    xsa_pool_status st = release_mempool_free(p, mp, err, errlen);
+    if (mp->segments == 0) xsa_mempool_delete(p, mp);
+    return st;
 }
 
 /* Events done: the block returns unless IPC exports still pin it. */
@@ -86,18 +107,20 @@ xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
     }
     /* Exports are polled, never waited for: pinned blocks stay. */
     if (p->exports) xsa_ipc_poll(p);
-    xsa_pool_status st = release_pool(p, XSA_POOL_LARGE, err, errlen);
-    if (st == XSA_POOL_OK) st = release_pool(p, XSA_POOL_SMALL, err, errlen);
-    drop_empty_segments(p);
+    xsa_pool_status st = release_mempool_free(p, &p->global, err, errlen);
+    for (xsa_mempool *mp = p->mempools, *next; mp && st == XSA_POOL_OK; mp = next) {
+        next = mp->next; /* mp may go */
+        st = xsa_release_mempool(p, mp, err, errlen);
+    }
     return st;
 }
 
-xsa_pool_status xsa_pool_empty_cache(xsa_pool *p, char *err, size_t errlen) { return xsa_release_cached(p, err, errlen); }
-
-bool xsa_release_available(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
+bool xsa_release_available(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size) {
     size_t max_split = p->opt.max_split_size;
-    if (max_split == SIZE_MAX) return false;
-    xsa_free_set *set = &p->free[kind];
+    /* A memory pool in use keeps its memory (only the global one routes
+     * requests and may give memory back). */
+    if (max_split == SIZE_MAX || !xsa_mempool_is_global(p, mp)) return false;
+    xsa_free_set *set = &mp->free[kind];
     size_t want = size < max_split ? max_split : size;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, want);
     if (b && b->stream == stream && !b->seg->expandable) return xsa_release_classic_block(p, b) == XSA_CU_SUCCESS;
@@ -126,7 +149,7 @@ void xsa_garbage_collect(xsa_pool *p) {
     size_t threshold = (size_t)(p->opt.garbage_collection_threshold * (double)p->allowed_max);
     if (p->reserved <= threshold) return;
     size_t target = p->reserved - threshold;
-    xsa_free_set *set = &p->free[XSA_POOL_LARGE];
+    xsa_free_set *set = &p->global.free[XSA_POOL_LARGE];
     uint64_t now = p->free_lookups[XSA_POOL_LARGE];
     double total_age = 0;
     size_t freeable = 0;

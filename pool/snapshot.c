@@ -35,6 +35,7 @@ static void add_run(xsa_pool_snapshot *out, const xsa_seg *s, const xsa_block *b
     memset(g, 0, sizeof *g);
     g->addr = b->ptr;
     g->stream = s->stream;
+    g->pool_id = s->mp->id;
     g->large = s->kind == XSA_POOL_LARGE;
     g->expandable = s->expandable;
     g->reservation = s->base;
@@ -81,6 +82,7 @@ xsa_pool_status xsa_pool_snapshot_take(const xsa_pool *p, xsa_pool_snapshot *out
         r->size = s->size;
         r->mapped = xsa_seg_owned_pages(s) * s->vm.page_size;
         r->stream = s->stream;
+        r->pool_id = s->mp->id;
         r->large = s->kind == XSA_POOL_LARGE;
     }
     qsort(out->segments, out->n_segments, sizeof *out->segments, by_addr);

@@ -20,7 +20,7 @@
 #include "api/xsalloc.h"
 #include "vmm/sim.h"
 
-typedef enum { STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY } step_kind;
+typedef enum { STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY, STEP_BEGIN, STEP_END, STEP_RELEASE } step_kind;
 
 typedef struct snapshot {
     xsa_device_stats stats;
@@ -62,10 +62,10 @@ static int fail(runner *r, const char *fmt, ...) {
 /* Capacities leave room for the fault-free run (classic segments fragment)
  * but are small enough for the out-of-memory fallback to run now and then. */
 const fi_case fi_cases[] = {
-    {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB},
-    {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB},
-    {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB},
-    {"multistream classic", TRACES "synthetic_multistream.trace.gz", "expandable_segments:False", 5000, 1, 4 * GiB},
+    {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB, 0},
+    {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB, 0},
+    {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB, 250},
+    {"multistream classic", TRACES "synthetic_multistream.trace.gz", "expandable_segments:False", 5000, 1, 4 * GiB, 250},
 };
 const size_t fi_n_cases = sizeof fi_cases / sizeof fi_cases[0];
 
@@ -134,9 +134,20 @@ static xsa_status do_free(runner *r, uint32_t id, bool *tag_ok) {
     return st;
 }
 
+/* The capture's streams: trace stream 1. */
+static bool captured(void *ctx, void *stream) {
+    (void)ctx;
+    return stream == stream_of(1);
+}
+
+static xsa_mempool_id graph_pool(uint32_t g) { return (xsa_mempool_id){g, 0}; }
+
 static xsa_status do_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_t id, bool *tag_ok) {
     *tag_ok = true;
     switch (kind) {
+    case STEP_BEGIN: return xsa_begin_allocate_to_pool(0, graph_pool(id), captured, NULL);
+    case STEP_END: return xsa_end_allocate_to_pool(0, graph_pool(id));
+    case STEP_RELEASE: return xsa_mempool_release(0, graph_pool(id));
     case STEP_INIT: {
         xsa_status st = xsa_init(r->w->c.conf);
         if (st != XSA_SUCCESS) return st;
@@ -241,10 +252,35 @@ static int run_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_
 
 /* ---- the workload ---- */
 
+/* Graph g's capture begins, or ends and graph g - 1's pool is released,
+ * before event i (fault_lib.h). */
+static int graph_steps(runner *r, size_t i) {
+    size_t window = r->w->c.graph_window;
+    if (!window || i % window) return 0;
+    uint32_t g = (uint32_t)(i / (2 * window)) + 1;
+    if (i / window % 2) return run_step(r, STEP_BEGIN, NULL, g);
+    if (g == 1) return 0;
+    if (run_step(r, STEP_END, NULL, g - 1)) return -1;
+    return g > 2 ? run_step(r, STEP_RELEASE, NULL, g - 2) : 0;
+}
+
+/* After the trace: the capture under way ends, the pools left are released. */
+static int graph_ends(runner *r) {
+    size_t window = r->w->c.graph_window, n = r->w->t.n_events;
+    if (!window || n <= window) return 0;
+    uint32_t last = (uint32_t)((n - 1 - window) / (2 * window)) + 1; /* the last graph begun */
+    if ((n - 1) / window % 2) { /* its capture is under way; the one before is not released */
+        if (run_step(r, STEP_END, NULL, last)) return -1;
+        if (last > 1 && run_step(r, STEP_RELEASE, NULL, last - 1)) return -1;
+    }
+    return run_step(r, STEP_RELEASE, NULL, last);
+}
+
 static int run_workload(runner *r) {
     const xsa_trace *t = &r->w->t;
     if (run_step(r, STEP_INIT, NULL, 0)) return -1;
     for (size_t i = 0; i < t->n_events; i++) {
+        if (graph_steps(r, i)) return -1;
         if (run_step(r, STEP_EVENT, &t->events[i], 0)) return -1;
         if ((i + 1) % FI_COMPLETE_EVERY == 0) xsa_sim_complete_all();
         if ((i + 1) % FI_EMPTY_EVERY == 0 && run_step(r, STEP_EMPTY, NULL, 0)) return -1;
@@ -253,6 +289,7 @@ static int run_workload(runner *r) {
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t id = 0; id < t->n_ids; id++)
             if (r->ptrs[id] && run_step(r, STEP_FREE, NULL, id)) return -1;
+    if (graph_ends(r)) return -1;
     return run_step(r, STEP_EMPTY, NULL, 0);
 }
 

@@ -10,8 +10,14 @@
  * of the invariant checker cheap), with xsa_empty_cache every
  * FI_EMPTY_EVERY events and simulated streams completing every
  * FI_COMPLETE_EVERY events (so record_stream frees wait on real events).
+ * With `graph_window` set, the trace alternates windows of that many
+ * events without and with a "graph capture": a window with one begins a
+ * routing of trace stream 1 to memory pool {g, 0} (xsa_begin_allocate_to_
+ * pool, which counts as a capture) and ends it, and releases graph g - 1's
+ * pool (PyTorch's graph reset), so that deferred frees, pools' own
+ * segments and their release at the last free run under every fault.
  * After the trace every live allocation is freed (a free that failed is
- * retried) and the cache emptied.
+ * retried), the last pool released and the cache emptied.
  * Injection points: every call, N = 1..count, of every driver entry point F
  * that the fault-free run makes from xsa_init to the end of the workload
  * (xsa_shutdown excluded: it has no error to return). mem_create and
@@ -62,6 +68,7 @@ typedef struct fi_case {
     size_t events;        /* replay the first `events` events */
     unsigned divisor;     /* allocation sizes are divided by this */
     size_t capacity;      /* simulated device bytes */
+    size_t graph_window;  /* events per window of graph capture windows; 0: none */
 } fi_case;
 
 typedef struct fi_workload {

@@ -12,6 +12,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -224,6 +225,57 @@ static void test_classic_snapshot_with_pending_free(void **state) {
                    "actions=alloc:3,free_completed:2,free_requested:3,segment_alloc:3,segment_free:1\n");
 }
 
+static bool on_stream_51(void *ctx, void *stream) {
+    (void)ctx;
+    return stream == (void *)0x51;
+}
+
+static int occurrences(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *at = text; (at = strstr(at, needle)); at++) n++;
+    return n;
+}
+
+/* Memory pools through the API: snapshots name each segment's and each
+ * reservation's pool (PyTorch's segment_pool_id), the summary lists the
+ * pools that hold memory, and the pool's memory goes back once released
+ * and empty. */
+static void test_memory_pool_ids(void **state) {
+    (void)state;
+    OK(xsa_init("expandable_segments:True"));
+    const xsa_mempool_id g = {3, 0};
+    void *s1 = (void *)0x51, *a, *b, *c;
+    OK(xsa_begin_allocate_to_pool(0, g, on_stream_51, NULL));
+    OK(xsa_malloc(&a, 1000, 0, s1));
+    OK(xsa_malloc(&b, 4 * MiB, 0, s1));
+    OK(xsa_malloc(&c, 1000, 0, NULL));
+    OK(xsa_end_allocate_to_pool(0, g));
+    OK(xsa_check_invariants(0));
+    char *json = NULL, *summary = NULL;
+    OK(xsa_snapshot_json(&json));
+    assert_int_equal(occurrences(json, "\"segment_pool_id\":[3,0]"), 4); /* 2 segments, 2 reservations */
+    assert_int_equal(occurrences(json, "\"segment_pool_id\":[0,0]"), 2);
+    xsa_free_buffer(json);
+    OK(xsa_memory_summary(0, 0, &summary));
+    assert_non_null(strstr(summary, "| (3, 0)                |       2    |   6144 KiB |   4097 KiB |   4097 KiB |"));
+    xsa_free_buffer(summary);
+    if (system("python3 -c '' >/dev/null 2>&1") == 0)
+        check_snapshot("mempool", "segments=3 expandable=3 reservations=3 active_allocated=3 active_pending_free=0 "
+                                  "inactive=2 actions=\n");
+    assert_int_equal(xsa_begin_allocate_to_pool(0, (xsa_mempool_id){0, 0}, NULL, NULL), XSA_ERROR_INVALID_VALUE);
+    assert_int_equal(xsa_end_allocate_to_pool(0, g), XSA_ERROR_INVALID_VALUE);
+    assert_int_equal(xsa_mempool_create(7, g), XSA_ERROR_INVALID_DEVICE);
+    OK(xsa_mempool_release(0, g)); /* released: its memory goes with its last block */
+    assert_int_equal(xsa_mempool_release(0, g), XSA_ERROR_INVALID_VALUE);
+    OK(xsa_free(a));
+    OK(xsa_free(b));
+    OK(xsa_check_invariants(0));
+    OK(xsa_memory_summary(0, 0, &summary));
+    assert_null(strstr(summary, "Memory pool"));
+    xsa_free_buffer(summary);
+    OK(xsa_free(c));
+}
+
 static void test_empty_snapshot(void **state) {
     (void)state;
     skip_without_python();
@@ -238,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_writers_read_back_in_python),
         cmocka_unit_test_setup_teardown(test_expandable_snapshot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_classic_snapshot_with_pending_free, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_pool_ids, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_snapshot, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

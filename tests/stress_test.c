@@ -2,7 +2,9 @@
  * stress_test: 4 threads of random malloc / free / record_stream /
  * empty_cache / stats through the public API on the simulated driver, with
  * pointers passed between threads, then the invariant checker and a check
- * that everything goes back to the driver.
+ * that everything goes back to the driver. Now and then a thread routes
+ * its stream to a memory pool of its own for a while (a "capture"), and
+ * releases the pool when the routing ends.
  *
  * Design: allocations live in a shared table of slots; a thread owns an
  * allocation only after taking it out of a slot with an atomic exchange, so
@@ -123,14 +125,39 @@ static const char *op_misc(uint64_t *rng) {
     return s.allocation[XSA_STAT_ALL].current >= 0 ? NULL : "negative allocation count";
 }
 
+static bool on_stream(void *ctx, void *stream) { return stream == ctx; }
+
+/* Thread t routes stream t to memory pool {t + 1, 0}, or ends that routing
+ * and drops the pool's use (its memory goes back once its blocks, which
+ * other threads may hold, are freed). Short routings: the device counts as
+ * capturing while any lasts, and then no cached memory is released. */
+static const char *op_route(uintptr_t t, bool *routed) {
+    xsa_mempool_id id = {t + 1, 0};
+    if (!*routed) {
+        *routed = xsa_begin_allocate_to_pool(0, id, on_stream, stream_of((unsigned)t)) == XSA_SUCCESS;
+        return *routed ? NULL : "xsa_begin_allocate_to_pool failed";
+    }
+    *routed = false;
+    if (xsa_end_allocate_to_pool(0, id) != XSA_SUCCESS) return "xsa_end_allocate_to_pool failed";
+    return xsa_mempool_release(0, id) == XSA_SUCCESS ? NULL : "xsa_mempool_release failed";
+}
+
 static void *worker(void *arg) {
-    uint64_t rng = 0x9E3779B97F4A7C15ull * ((uintptr_t)arg + 1);
+    uintptr_t t = (uintptr_t)arg;
+    uint64_t rng = 0x9E3779B97F4A7C15ull * (t + 1);
+    bool routed = false;
     for (size_t i = 0; i < ops_per_thread; i++) {
-        uint64_t r = next_rand(&rng) % 100;
+        uint64_t r = next_rand(&rng) % 1000;
+        if (r < (routed ? 50u : 5u)) {
+            const char *why = op_route(t, &routed);
+            if (why) return (void *)why;
+            continue;
+        }
+        r = next_rand(&rng) % 100;
         const char *why = r < 45 ? op_malloc(&rng) : r < 95 ? op_take(&rng) : op_misc(&rng);
         if (why) return (void *)why;
     }
-    return NULL;
+    return routed ? (void *)op_route(t, &routed) : NULL;
 }
 
 static size_t ops_from(int argc, char **argv) {

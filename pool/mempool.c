@@ -1,0 +1,112 @@
+/*
+ * pool/mempool: memory pool records, routing and the capture's deferred
+ * frees: the core's part of memory pools (design in pool.h).
+ *
+ * A device has few memory pools (a graph each, a MemPool each) and fewer
+ * routings at once, so both are plain lists searched linearly; the hot
+ * path pays one test of n_routes and nothing else. The records call only
+ * the free sets below them: releasing memory and recording events are the
+ * policies' (release.c, capture.c).
+ */
+#include "pool/pool_internal.h"
+
+#include <stdlib.h>
+
+static bool same_id(xsa_mempool_id a, xsa_mempool_id b) { return a.first == b.first && a.second == b.second; }
+
+xsa_mempool *xsa_mempool_find(xsa_pool *p, xsa_mempool_id id) {
+    if (same_id(id, p->global.id)) return &p->global;
+    for (xsa_mempool *mp = p->mempools; mp; mp = mp->next)
+        if (same_id(mp->id, id)) return mp;
+    return NULL;
+}
+
+xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id) {
+    xsa_mempool *mp = calloc(1, sizeof *mp);
+    if (!mp) return NULL;
+    mp->id = id;
+    mp->use_count = 1;
+    mp->next = p->mempools;
+    p->mempools = mp;
+    return mp;
+}
+
+static void free_record(xsa_mempool *mp) {
+    for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&mp->free[k]);
+    free(mp);
+}
+
+void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp) {
+    for (xsa_mempool **at = &p->mempools; *at; at = &(*at)->next)
+        if (*at == mp) {
+            *at = mp->next;
+            break;
+        }
+    free_record(mp);
+}
+
+bool xsa_mempool_in_use(const xsa_pool *p, const xsa_mempool *mp) {
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if (s->mp != mp) continue;
+        for (const xsa_block *b = s->first; b; b = b->next)
+            if (xsa_block_in_use(b)) return true;
+    }
+    return false;
+}
+
+xsa_mempool *xsa_mempool_route(xsa_pool *p, xsa_stream stream) {
+    for (int i = 0; i < p->n_routes; i++) { /* oldest first, as PyTorch's captures_underway */
+        const xsa_route *r = &p->routes[i];
+        if (!r->filter || r->filter(r->ctx, stream)) return r->mp;
+    }
+    return &p->global;
+}
+
+int xsa_mempool_route_index(const xsa_pool *p, const xsa_mempool *mp) {
+    for (int i = 0; i < p->n_routes; i++)
+        if (p->routes[i].mp == mp) return i;
+    return -1;
+}
+
+bool xsa_mempool_add_route(xsa_pool *p, xsa_mempool *mp, xsa_stream_filter filter, void *ctx, bool capture) {
+    if (p->n_routes == p->cap_routes) {
+        int cap = p->cap_routes ? 2 * p->cap_routes : 4;
+        xsa_route *grown = realloc(p->routes, (size_t)cap * sizeof *grown);
+        if (!grown) return false;
+        p->routes = grown;
+        p->cap_routes = cap;
+    }
+    p->routes[p->n_routes++] = (xsa_route){mp, filter, ctx, capture};
+    if (capture) p->capturing++;
+    return true;
+}
+
+void xsa_mempool_remove_route(xsa_pool *p, int i) {
+    if (p->routes[i].capture) p->capturing--;
+    for (int j = i + 1; j < p->n_routes; j++) p->routes[j - 1] = p->routes[j];
+    p->n_routes--;
+}
+
+bool xsa_mempool_defer(xsa_pool *p, xsa_block *b) {
+    if (p->n_deferred == p->cap_deferred) {
+        size_t cap = p->cap_deferred ? 2 * p->cap_deferred : 16;
+        xsa_block **grown = realloc(p->deferred, cap * sizeof *grown);
+        if (!grown) return false;
+        p->deferred = grown;
+        p->cap_deferred = cap;
+    }
+    p->deferred[p->n_deferred++] = b;
+    b->capture_deferred = true;
+    return true;
+}
+
+void xsa_mempool_destroy_all(xsa_pool *p) {
+    while (p->mempools) {
+        xsa_mempool *mp = p->mempools;
+        p->mempools = mp->next;
+        free_record(mp);
+    }
+    for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&p->global.free[k]);
+    free(p->routes);
+    free(p->deferred);
+}
