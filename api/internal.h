@@ -39,4 +39,8 @@ char *xsa_format_summary(const xsa_device_stats *stats, int device, int abbrevia
 void xsa_observe_attach(xsa_pool *pool);
 void xsa_observe_shutdown(void);
 
+/* A failed PyTorch entry point's line on stderr (api/pytorch.c): PyTorch
+ * cannot be told why otherwise. */
+void xsa_torch_report(const char *what, xsa_status st);
+
 #endif

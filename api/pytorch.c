@@ -18,10 +18,11 @@
 
 #include <stdio.h>
 
+#include "api/internal.h"
 #include "api/lag_probe.h"
 #include "vmm/driver.h"
 
-static void report(const char *what, xsa_status st) {
+void xsa_torch_report(const char *what, xsa_status st) {
     const char *detail = xsa_last_error();
     fprintf(stderr, "xsalloc: %s failed (%s): %s\n", what, xsa_status_name(st), *detail ? detail : "no detail");
 }
@@ -47,7 +48,7 @@ void *xsa_torch_malloc(ssize_t size, int device, void *stream) {
         return NULL;
     }
     xsa_status st = xsa_ctx_malloc(&p, (size_t)size, device, stream);
-    if (st != XSA_SUCCESS) report("xsa_torch_malloc", st);
+    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_malloc", st);
     xsa_lag_probe_note(device, stream);
     return p;
 }
@@ -55,7 +56,7 @@ void *xsa_torch_malloc(ssize_t size, int device, void *stream) {
 void xsa_torch_free(void *ptr, ssize_t size, int device, void *stream) {
     (void)size;
     xsa_status st = xsa_ctx_free(ptr);
-    if (st != XSA_SUCCESS) report("xsa_torch_free", st);
+    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_free", st);
     xsa_lag_probe_note(device, stream); /* PyTorch passes the block's device and stream */
 }
 
@@ -63,7 +64,7 @@ void xsa_torch_record_stream(void *ptr, void *stream) {
     xsa_cuda_ctx_watch();
     xsa_status st = xsa_record_stream(ptr, stream);
     xsa_cuda_ctx_restore();
-    if (st != XSA_SUCCESS) report("xsa_torch_record_stream", st);
+    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_record_stream", st);
 }
 
 xsa_status xsa_ctx_empty_cache(void) {
@@ -75,14 +76,14 @@ xsa_status xsa_ctx_empty_cache(void) {
 
 void xsa_torch_empty_cache(void) {
     xsa_status st = xsa_ctx_empty_cache();
-    if (st != XSA_SUCCESS) report("xsa_torch_empty_cache", st);
+    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_empty_cache", st);
 }
 
 void xsa_torch_set_memory_fraction(double fraction, int device) {
     xsa_cuda_ctx_watch();
     xsa_status st = xsa_set_memory_fraction(fraction, device);
     xsa_cuda_ctx_restore();
-    if (st != XSA_SUCCESS) report("xsa_torch_set_memory_fraction", st);
+    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_set_memory_fraction", st);
 }
 
 void *xsa_torch_base_alloc(void *ptr, size_t *size) {
@@ -91,7 +92,7 @@ void *xsa_torch_base_alloc(void *ptr, size_t *size) {
     xsa_cuda_ctx_watch();
     xsa_status st = xsa_get_base_allocation(ptr, &base, &bytes);
     xsa_cuda_ctx_restore();
-    if (st != XSA_SUCCESS) report("xsa_torch_base_alloc", st);
+    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_base_alloc", st);
     if (size) *size = bytes;
     return base;
 }

@@ -47,6 +47,16 @@ XSA_API void xsa_torch_empty_cache(void);
 XSA_API void xsa_torch_set_memory_fraction(double fraction, int device);
 XSA_API void *xsa_torch_base_alloc(void *ptr, size_t *size);
 
+/* CUDA graphs: set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
+ * set_release_pool (api/torch_graphs.c). torch passes its stream filter as
+ * a std::function (by reference in the C ABI), which is not called:
+ * allocations are routed to pool `id` from the streams capturing into the
+ * first capture seen after begin, which is what torch's filter accepts.
+ * The id is PyTorch's MempoolId_t, a pair of integers passed by value. */
+XSA_API void xsa_torch_begin_allocate_to_pool(int device, xsa_mempool_id id, const void *torch_filter);
+XSA_API void xsa_torch_end_allocate_to_pool(int device, xsa_mempool_id id);
+XSA_API void xsa_torch_release_pool(int device, xsa_mempool_id id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -109,6 +109,10 @@ TORCH_HOOKS = {
     "set_reset_fn": "xsa_torch_empty_cache",
     "set_memory_fraction_fn": "xsa_torch_set_memory_fraction",
     "set_base_alloc_fn": "xsa_torch_base_alloc",
+    # CUDA graphs (torch.cuda.graph, cudagraph trees): the graph's private pool
+    "set_begin_allocate_to_pool": "xsa_torch_begin_allocate_to_pool",
+    "set_end_allocate_to_pool_fn": "xsa_torch_end_allocate_to_pool",
+    "set_release_pool": "xsa_torch_release_pool",
 }
 
 

@@ -38,6 +38,15 @@ TORCH_RESET = ctypes.CFUNCTYPE(None)
 TORCH_FRACTION = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)
 TORCH_BASE_ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
 
+
+class MempoolId(ctypes.Structure):
+    """PyTorch's MempoolId_t, a pair of unsigned 64-bit integers passed by value."""
+    _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
+
+
+TORCH_BEGIN_POOL = ctypes.CFUNCTYPE(None, ctypes.c_int, MempoolId, ctypes.c_void_p)
+TORCH_POOL_CALL = ctypes.CFUNCTYPE(None, ctypes.c_int, MempoolId)
+
 # torch.cuda.memory_stats()'s keys (PyTorch 2.x, Module.cpp memoryStats).
 TORCH_KEYS = (
     {f"{a}.{p}.{m}"
@@ -374,6 +383,17 @@ class FakeTorchTest(SimTestCase):
             TORCH_FRACTION(hooks["set_memory_fraction_fn"])(0.001, 0)
             with captured_stderr():
                 self.assertIsNone(malloc(1 << 30, 0, None))
+            # A graph's pool: routed, ended and released without a complaint;
+            # ending it twice is said on stderr.
+            graph = MempoolId(1, 2)
+            with captured_stderr() as err:
+                TORCH_BEGIN_POOL(hooks["set_begin_allocate_to_pool"])(0, graph, None)
+                TORCH_POOL_CALL(hooks["set_end_allocate_to_pool_fn"])(0, graph)
+                TORCH_POOL_CALL(hooks["set_release_pool"])(0, graph)
+            self.assertEqual(err[0], "")
+            with captured_stderr() as err:
+                TORCH_POOL_CALL(hooks["set_end_allocate_to_pool_fn"])(0, graph)
+            self.assertIn("xsa_torch_end_allocate_to_pool failed", err[0])
 
     def test_conf_on_a_second_use_is_refused(self):
         with module_as("torch", fake_torch()):

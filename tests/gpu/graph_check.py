@@ -1,0 +1,165 @@
+"""CUDA graphs on xsalloc, on a GPU with torch (issue 16's GPU check).
+
+    python3 tests/gpu/graph_check.py --mode MODE --case CASE   (one case, one process)
+    bash tests/gpu/run_graph_check.sh                           (every mode and case)
+
+MODE: native (PyTorch's own allocator, the reference), default, norec
+(page_recycling:False), classic (expandable_segments:False). CASE:
+- issue: issue 16's program: a graph captured on its own stream frees its
+  temporaries inside the capture; then 32 eager tensors on the default stream
+  and 32 on the capture's stream; three replays must give the eager result
+  and leave every eager tensor untouched.
+- two_stream: a capture that forks onto a side stream and joins back, with
+  record_stream on both, then eager tensors on all three streams.
+- compile: torch.compile(mode="reduce-overhead") trains a small model 20
+  steps; prints the losses (run_graph_check.sh compares them with native's).
+- mempool: torch.cuda.MemPool + use_mem_pool.
+Prints one JSON line: {"mode", "case", "ok", "detail"}. A crash of the CUDA
+context (illegal address) is a failed process: run_graph_check.sh says so.
+"""
+import argparse
+import json
+import os
+import sys
+
+CONFS = {"default": "", "norec": "page_recycling:False", "classic": "expandable_segments:False"}
+N = 1024
+
+
+def eager_tensors(streams, torch):
+    out = []
+    for s in streams:
+        with torch.cuda.stream(s):
+            out += [torch.full((N, N), 7.0, device="cuda") for _ in range(32)]
+    return out
+
+
+def untouched(tensors, torch):
+    torch.cuda.synchronize()
+    return all(bool((t == 7.0).all()) for t in tensors)
+
+
+def case_issue(torch):
+    torch.manual_seed(0)
+    x = torch.randn(N, N, device="cuda")
+    w = torch.randn(N, N, device="cuda") / 32
+
+    def f(x):
+        a = x @ w
+        b = a.relu()
+        del a
+        c = b @ w
+        del b
+        return c * 2
+
+    cap = torch.cuda.Stream()
+    cap.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(cap):
+        for _ in range(3):
+            f(x)
+    torch.cuda.current_stream().wait_stream(cap)
+    expected = f(x)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=cap):
+        out = f(x)
+    eager = eager_tensors([torch.cuda.current_stream(), cap], torch)
+    results = []
+    for _ in range(3):
+        g.replay()
+        torch.cuda.synchronize()
+        results.append(torch.equal(out, expected))
+        eager += eager_tensors([cap], torch)  # more eager memory between replays
+    ok = all(results) and untouched(eager, torch)
+    return ok, f"replays equal {results}, {len(eager)} eager tensors untouched: {untouched(eager, torch)}"
+
+
+def case_two_stream(torch):
+    torch.manual_seed(1)
+    x = torch.randn(N, N, device="cuda")
+    w = torch.randn(N, N, device="cuda") / 32
+    cap, side = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def f(x):
+        a = x @ w
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            b = (a.relu() * 3) @ w
+        a.record_stream(side)
+        torch.cuda.current_stream().wait_stream(side)
+        b.record_stream(torch.cuda.current_stream())
+        del a
+        return b + 1
+
+    cap.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(cap):
+        for _ in range(3):
+            f(x)
+    torch.cuda.current_stream().wait_stream(cap)
+    torch.cuda.synchronize()
+    expected = f(x).clone()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=cap):
+        out = f(x)
+    eager = eager_tensors([torch.cuda.current_stream(), cap, side], torch)
+    results = []
+    for _ in range(3):
+        g.replay()
+        torch.cuda.synchronize()
+        results.append(torch.allclose(out, expected, rtol=0, atol=0))
+        eager += eager_tensors([side, cap], torch)
+    ok = all(results) and untouched(eager, torch)
+    return ok, f"replays equal {results}, {len(eager)} eager tensors untouched: {untouched(eager, torch)}"
+
+
+def case_compile(torch):
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    step_fn = torch.compile(model, mode="reduce-overhead")
+    losses = []
+    for step in range(20):
+        x = torch.randn(64, 256, device="cuda")
+        y = torch.randint(0, 10, (64,), device="cuda")
+        loss = torch.nn.functional.cross_entropy(step_fn(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(round(loss.item(), 6))
+    return True, losses
+
+
+def case_mempool(torch):
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        t = torch.full((N, N), 3.0, device="cuda")
+    u = torch.full((N, N), 5.0, device="cuda")
+    ok = bool((t == 3.0).all()) and bool((u == 5.0).all())
+    return ok, f"tensor in the pool and outside it right: {ok}"
+
+
+CASES = {"issue": case_issue, "two_stream": case_two_stream, "compile": case_compile, "mempool": case_mempool}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", required=True, choices=["native"] + list(CONFS))
+    p.add_argument("--case", required=True, choices=list(CASES))
+    a = p.parse_args()
+    if a.mode != "native":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+        import xsalloc.torch
+
+        xsalloc.torch.use(conf=CONFS[a.mode])
+    import torch
+
+    try:
+        ok, detail = CASES[a.case](torch)
+    except Exception as e:  # the case's failure, said in one line
+        ok, detail = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    print(json.dumps({"mode": a.mode, "case": a.case, "ok": ok, "detail": detail}), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# CUDA graphs on xsalloc against PyTorch's allocator, on a GPU with torch:
+# every case of tests/gpu/graph_check.py in its own process, under native
+# (the reference), default, norec (page_recycling:False) and classic
+# (expandable_segments:False). Builds the library with setup.py; the
+# compile case's losses must equal native's. Exits non-zero on any failure.
+#   bash tests/gpu/run_graph_check.sh   (PYTHON=... the python3 with torch; CASES="issue two_stream")
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-python3}
+lib=$(mktemp -d /tmp/xsa-graph.XXXXXX)
+"$PY" setup.py -q build_ext --build-lib "$lib" --build-temp "$lib/tmp" > "$lib/build.log" 2>&1 || { cat "$lib/build.log"; exit 1; }
+export XSALLOC_LIBRARY=$lib/xsalloc/libxsalloc.so
+fail=0
+native_losses=""
+for c in ${CASES:-issue two_stream compile mempool}; do
+    for m in native default norec classic; do
+        line=$(timeout 300 "$PY" tests/gpu/graph_check.py --mode "$m" --case "$c" 2> "$lib/$m-$c.err" | tail -1)
+        rc=$?
+        if [ -z "$line" ]; then
+            line="{\"mode\": \"$m\", \"case\": \"$c\", \"ok\": false, \"detail\": \"process died (exit $rc): $(grep -v '^\s*$' "$lib/$m-$c.err" | tail -1 | tr -d '"\\')\"}"
+        fi
+        if [ "$c" = compile ]; then
+            losses=$(echo "$line" | "$PY" -c 'import json,sys; r=json.load(sys.stdin); print(r["detail"] if r["ok"] else "")')
+            [ "$m" = native ] && native_losses=$losses
+            if [ "$m" != native ] && [ -n "$losses" ] && [ "$losses" != "$native_losses" ]; then
+                line="${line%\}}, \"losses_equal_native\": false}"
+            fi
+        fi
+        echo "$line"
+        echo "$line" | grep -q '"ok": true' && ! echo "$line" | grep -q 'losses_equal_native": false' || fail=1
+    done
+done
+rm -rf "$lib"
+exit $fail
