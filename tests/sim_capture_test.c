@@ -24,108 +24,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tests/sim_gpu_fixture.h"
 #include "vmm/sim.h"
 
-#define MiB ((size_t)1 << 20)
-#define GRAN (2 * MiB)
-#define S1 ((xsa_stream)0x1001)
-#define S2 ((xsa_stream)0x1002)
-#define S3 ((xsa_stream)0x1003)
-#define LAG 100
-
-static xsa_driver *D;
-
-static void check_sim(const char *file, int line) {
-    char err[256] = "";
-    if (!xsa_sim_check(err, sizeof err)) fail_msg("%s:%d: xsa_sim_check: %s", file, line, err);
-}
-#define CHECK() check_sim(__FILE__, __LINE__)
-/* A driver call with the expected result, then the invariants. */
-#define EXPECT(want, call)                                                     \
-    do {                                                                       \
-        assert_int_equal((want), (call));                                      \
-        CHECK();                                                               \
-    } while (0)
-#define OK(call) EXPECT(XSA_CU_SUCCESS, call)
-
-static int setup(void **state) {
-    (void)state;
-    D = xsa_driver_sim();
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.capacity = 64 * MiB;
-    assert_int_equal(XSA_CU_SUCCESS, xsa_sim_configure(&c));
-    return 0;
-}
-
-static xsa_sim_usage usage(void) {
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    return u;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    CHECK();
-    xsa_sim_usage u = usage();
-    assert_int_equal(0, u.captures);
-    assert_int_equal(0, u.graphs);
-    assert_int_equal(0, u.graph_execs);
-    assert_int_equal(0, u.handles);
-    assert_int_equal(0, u.reservations);
-    assert_int_equal(0, u.mem_allocs);
-    assert_int_equal(0, u.events);
-    assert_int_equal(0, u.pending_kernels);
-    return 0;
-}
-
-/* Exactly these counts; the first sentence contains `word` (if not NULL).
- * Then clears them. */
-static void expect_violations(uint64_t unmapped, uint64_t races, uint64_t bad, uint64_t failed, const char *word) {
-    xsa_sim_violations v;
-    xsa_sim_get_violations(&v);
-    if (v.unmapped_in_use != unmapped || v.races != races || v.bad_launches != bad || v.failed_captures != failed)
-        fail_msg("violations %llu/%llu/%llu/%llu, expected %llu/%llu/%llu/%llu (first: %s)",
-                 (unsigned long long)v.unmapped_in_use, (unsigned long long)v.races,
-                 (unsigned long long)v.bad_launches, (unsigned long long)v.failed_captures,
-                 (unsigned long long)unmapped, (unsigned long long)races, (unsigned long long)bad,
-                 (unsigned long long)failed, v.first);
-    if (word && !strstr(v.first, word)) fail_msg("'%s' not in: %s", word, v.first);
-    xsa_sim_clear_violations();
-    CHECK();
-}
-#define NO_VIOLATION() expect_violations(0, 0, 0, 0, NULL)
-#define FAILED_CAPTURE(word) expect_violations(0, 0, 0, 1, word)
-
-static xsa_event new_event(void) {
-    xsa_event e = NULL;
-    OK(XSA_DRV(D, event_create, &e, 0));
-    return e;
-}
-
-static void launch(xsa_stream s, xsa_devptr p, size_t size) { OK(xsa_sim_launch(s, p, size)); }
-
-typedef struct {
-    xsa_devptr va;
-    size_t size;
-    xsa_mem_handle h;
-} mapping;
-
-static mapping new_mapping(size_t pages) {
-    mapping m = {.size = pages * GRAN};
-    int dev = 0;
-    OK(XSA_DRV(D, mem_create, &m.h, m.size, 0, 0));
-    OK(XSA_DRV(D, mem_address_reserve, &m.va, m.size, 0));
-    OK(XSA_DRV(D, mem_map, m.va, m.size, 0, m.h));
-    OK(XSA_DRV(D, mem_set_access, m.va, m.size, &dev, 1));
-    return m;
-}
-
-static void drop_mapping(const mapping *m) {
-    OK(XSA_DRV(D, mem_unmap, m->va, m->size));
-    OK(XSA_DRV(D, mem_release, m->h));
-    OK(XSA_DRV(D, mem_address_free, m->va, m->size));
-}
+#define FAILED_CAPTURE(word) expect_violations(0, 0, 0, 1, (const char *const[]){(word), NULL})
+#define VIOLATIONS(unmapped, races, bad, failed, word) \
+    expect_violations(unmapped, races, bad, failed, (const char *const[]){(word), NULL})
 
 /* A stream's capture info; deps copied out (at most 8). */
 typedef struct {
@@ -469,7 +373,7 @@ static void test_isolation_merge_and_unmatched(void **state) {
     xsa_graph g = NULL;
     EXPECT(XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED, XSA_DRV(D, stream_end_capture, S2, &g));
     EXPECT(XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED, XSA_DRV(D, stream_end_capture, S1, &g));
-    expect_violations(0, 0, 0, 2, "capture");
+    VIOLATIONS(0, 0, 0, 2, "capture");
     /* Ending on a stream that only joined. */
     OK(XSA_DRV(D, stream_begin_capture, S1));
     OK(XSA_DRV(D, event_record, inside, S1));
@@ -527,9 +431,9 @@ static void test_replay_on_unmapped_memory(void **state) {
     xsa_graph_exec e = chain(&m, 2);
     OK(XSA_DRV(D, graph_launch, e, S3));
     OK(XSA_DRV(D, mem_unmap, m.va, m.size));
-    expect_violations(1, 0, 0, 0, "illegal address");
+    VIOLATIONS(1, 0, 0, 0, "illegal address");
     EXPECT(XSA_CU_ERROR_ILLEGAL_ADDRESS, XSA_DRV(D, graph_launch, e, S3));
-    expect_violations(0, 0, 2, 0, "a graph node replayed");
+    VIOLATIONS(0, 0, 2, 0, "a graph node replayed");
     xsa_sim_complete_all();
     OK(XSA_DRV(D, graph_exec_destroy, e));
     OK(XSA_DRV(D, mem_release, m.h));
@@ -549,7 +453,7 @@ static void test_replay_races_with_stream(void **state) {
     launch(S2, m.va, 4096); /* ordered after the replay */
     NO_VIOLATION();
     launch(S1, m.va + 4096, 4096);
-    expect_violations(0, 1, 0, 0, "race");
+    VIOLATIONS(0, 1, 0, 0, "race");
     xsa_sim_complete_all();
     OK(XSA_DRV(D, graph_exec_destroy, e));
     OK(XSA_DRV(D, event_destroy, after));
@@ -577,7 +481,7 @@ static void test_race_inside_graph(void **state) {
         OK(XSA_DRV(D, graph_destroy, g));
         for (int i = 0; i < 2; i++) OK(XSA_DRV(D, graph_launch, e, S3));
         if (ordered) NO_VIOLATION();
-        else expect_violations(0, 2, 0, 0, "race in a graph");
+        else VIOLATIONS(0, 2, 0, 0, "race in a graph");
         xsa_sim_complete_all();
         OK(XSA_DRV(D, graph_exec_destroy, e));
     }

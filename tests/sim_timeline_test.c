@@ -20,130 +20,26 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tests/sim_gpu_fixture.h"
 #include "vmm/sim.h"
 
-#define MiB ((size_t)1 << 20)
-#define GRAN (2 * MiB)
-#define S1 ((xsa_stream)0x1001)
-#define S2 ((xsa_stream)0x1002)
-#define S3 ((xsa_stream)0x1003)
-#define LAG 100
-
-static xsa_driver *D;
-
-static void check_sim(const char *file, int line) {
-    char err[256] = "";
-    if (!xsa_sim_check(err, sizeof err)) fail_msg("%s:%d: xsa_sim_check: %s", file, line, err);
-}
-#define CHECK() check_sim(__FILE__, __LINE__)
-/* A driver call that must succeed, then the invariants. */
-#define OK(call)                                                               \
-    do {                                                                       \
-        assert_int_equal(XSA_CU_SUCCESS, (call));                              \
-        CHECK();                                                               \
-    } while (0)
 #define PENDING(call)                                                          \
     do {                                                                       \
         assert_int_equal(XSA_CU_ERROR_NOT_READY, (call));                      \
         CHECK();                                                               \
     } while (0)
 
-static int setup(void **state) {
-    (void)state;
-    D = xsa_driver_sim();
-    xsa_sim_config c;
-    xsa_sim_default_config(&c);
-    c.capacity = 64 * MiB;
-    assert_int_equal(XSA_CU_SUCCESS, xsa_sim_configure(&c));
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    CHECK();
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    assert_int_equal(0, u.handles);
-    assert_int_equal(0, u.reservations);
-    assert_int_equal(0, u.mem_allocs);
-    assert_int_equal(0, u.events);
-    assert_int_equal(0, u.pending_kernels);
-    return 0;
-}
-
 static void tick(uint64_t n) {
     xsa_sim_tick(n);
     CHECK();
 }
 
-static void launch(xsa_stream s, xsa_devptr p, size_t size) {
-    OK(xsa_sim_launch(s, p, size));
-}
-
-static size_t pending_kernels(void) {
-    xsa_sim_usage u;
-    xsa_sim_get_usage(&u);
-    return u.pending_kernels;
-}
+static size_t pending_kernels(void) { return usage().pending_kernels; }
 
 static xsa_sim_violations violations(void) {
     xsa_sim_violations v;
     xsa_sim_get_violations(&v);
     return v;
-}
-
-/* Exactly these counts; the first sentence contains each of `words`
- * (NULL-terminated) when anything was counted. Then clears them. */
-static void expect_violations(uint64_t unmapped, uint64_t races, uint64_t bad, const char *const *words) {
-    xsa_sim_violations v = violations();
-    if (v.unmapped_in_use != unmapped || v.races != races || v.bad_launches != bad)
-        fail_msg("violations %llu/%llu/%llu, expected %llu/%llu/%llu (first: %s)", (unsigned long long)v.unmapped_in_use,
-                 (unsigned long long)v.races, (unsigned long long)v.bad_launches, (unsigned long long)unmapped,
-                 (unsigned long long)races, (unsigned long long)bad, v.first);
-    for (; words && *words; words++)
-        if (!strstr(v.first, *words)) fail_msg("'%s' not in: %s", *words, v.first);
-    xsa_sim_clear_violations();
-    CHECK();
-}
-#define NO_VIOLATION() expect_violations(0, 0, 0, NULL)
-
-static xsa_event new_event(void) {
-    xsa_event e = NULL;
-    OK(XSA_DRV(D, event_create, &e, 0));
-    return e;
-}
-
-/* `pages` pages of one handle, mapped at a fresh reservation with access. */
-typedef struct {
-    xsa_devptr va;
-    size_t size;
-    xsa_mem_handle h;
-} mapping;
-
-static xsa_devptr reserve(size_t size) {
-    xsa_devptr p = 0;
-    OK(XSA_DRV(D, mem_address_reserve, &p, size, 0));
-    return p;
-}
-
-static void map_at(xsa_devptr va, size_t size, xsa_mem_handle h) {
-    int dev = 0;
-    OK(XSA_DRV(D, mem_map, va, size, 0, h));
-    OK(XSA_DRV(D, mem_set_access, va, size, &dev, 1));
-}
-
-static mapping new_mapping(size_t pages) {
-    mapping m = {.size = pages * GRAN};
-    OK(XSA_DRV(D, mem_create, &m.h, m.size, 0, 0));
-    m.va = reserve(m.size);
-    map_at(m.va, m.size, m.h);
-    return m;
-}
-
-static void drop_mapping(mapping *m) {
-    OK(XSA_DRV(D, mem_unmap, m->va, m->size));
-    OK(XSA_DRV(D, mem_release, m->h));
-    OK(XSA_DRV(D, mem_address_free, m->va, m->size));
 }
 
 /* ---- the lag ---------------------------------------------------------------- */
@@ -308,7 +204,7 @@ static void test_unmap_with_queued_kernel(void **state) {
     char addr[32], stream[32];
     snprintf(addr, sizeof addr, "%#llx", (unsigned long long)(m.va + GRAN + 4096));
     snprintf(stream, sizeof stream, "stream %p", S1);
-    expect_violations(1, 0, 0, (const char *const[]){"cuMemUnmap", "illegal address an H100 gives", addr, stream,
+    expect_violations(1, 0, 0, 0, (const char *const[]){"cuMemUnmap", "illegal address an H100 gives", addr, stream,
                                                      "queued at tick 7", NULL});
     /* The same after the kernel completed: fine. */
     map_at(m.va, m.size, m.h);
@@ -321,7 +217,7 @@ static void test_unmap_with_queued_kernel(void **state) {
     launch(NULL, m.va, MiB);
     OK(XSA_DRV(D, mem_release, m.h));
     OK(XSA_DRV(D, mem_unmap, m.va, m.size));
-    expect_violations(1, 0, 0, (const char *const[]){"the default stream", NULL});
+    expect_violations(1, 0, 0, 0, (const char *const[]){"the default stream", NULL});
     OK(XSA_DRV(D, mem_address_free, m.va, m.size));
     xsa_sim_complete_all();
 }
@@ -339,7 +235,7 @@ static void test_unmap_other_mapping_of_handle(void **state) {
     NO_VIOLATION();
     map_at(alias, m.size, m.h);
     OK(XSA_DRV(D, mem_unmap, m.va, m.size));
-    expect_violations(1, 0, 0, (const char *const[]){"cuMemUnmap", NULL});
+    expect_violations(1, 0, 0, 0, (const char *const[]){"cuMemUnmap", NULL});
     OK(XSA_DRV(D, mem_unmap, alias, m.size));
     NO_VIOLATION();
     OK(XSA_DRV(D, mem_address_free, alias, m.size));
@@ -356,7 +252,7 @@ static void test_mem_free_with_queued_kernel(void **state) {
     OK(XSA_DRV(D, mem_alloc, &p, 3 * MiB, 0));
     launch(S2, p + MiB, MiB);
     OK(XSA_DRV(D, mem_free, p));
-    expect_violations(1, 0, 0, (const char *const[]){"cuMemFree", "illegal address", NULL});
+    expect_violations(1, 0, 0, 0, (const char *const[]){"cuMemFree", "illegal address", NULL});
     OK(XSA_DRV(D, mem_alloc, &p, 3 * MiB, 0));
     launch(S2, p, 3 * MiB);
     OK(XSA_DRV(D, stream_synchronize, S2));
@@ -378,7 +274,7 @@ static void test_two_streams_race(void **state) {
     launch(S2, m.va + MiB - 1, 2);       /* one byte in common */
     char stream[32];
     snprintf(stream, sizeof stream, "on stream %p, which", S1);
-    expect_violations(0, 1, 0, (const char *const[]){"race", stream, NULL});
+    expect_violations(0, 1, 0, 0, (const char *const[]){"race", stream, NULL});
     tick(LAG);                           /* both complete: nothing to race with */
     launch(S3, m.va, m.size);
     NO_VIOLATION();
@@ -397,7 +293,7 @@ static void test_race_through_two_mappings(void **state) {
     launch(S2, alias + MiB, MiB);
     NO_VIOLATION();
     launch(S2, alias, 4096);
-    expect_violations(0, 1, 0, NULL);
+    expect_violations(0, 1, 0, 0, NULL);
     tick(LAG);
     OK(XSA_DRV(D, mem_unmap, alias, m.size));
     OK(XSA_DRV(D, mem_address_free, alias, m.size));
@@ -420,7 +316,7 @@ static void test_wait_event_orders(void **state) {
     NO_VIOLATION();
     OK(XSA_DRV(D, stream_wait_event, S2, before));
     launch(S2, m.va, MiB);
-    expect_violations(0, 1, 0, NULL);
+    expect_violations(0, 1, 0, 0, NULL);
     OK(XSA_DRV(D, event_destroy, before));
     OK(XSA_DRV(D, event_destroy, after));
     xsa_sim_complete_all();
@@ -445,7 +341,7 @@ static void test_wait_is_transitive(void **state) {
     NO_VIOLATION();
     OK(XSA_DRV(D, stream_wait_event, S2, early3));
     launch(S2, m.va, MiB);
-    expect_violations(0, 1, 0, NULL);
+    expect_violations(0, 1, 0, 0, NULL);
     OK(XSA_DRV(D, event_destroy, early3));
     OK(XSA_DRV(D, event_destroy, e3));
     xsa_sim_complete_all();
@@ -476,7 +372,7 @@ static void test_completion_seen_by_host_orders(void **state) {
     /* Manual mode: kernels stay pending, so they race. */
     launch(S1, m.va, MiB);
     launch(S2, m.va, MiB);
-    expect_violations(0, 1, 0, NULL);
+    expect_violations(0, 1, 0, 0, NULL);
     xsa_sim_complete_all();
     OK(XSA_DRV(D, event_destroy, e));
     drop_mapping(&m);
@@ -489,7 +385,7 @@ static void expect_bad_launch(xsa_stream s, xsa_devptr p, size_t size, const cha
     size_t pending = pending_kernels();
     assert_int_equal(XSA_CU_ERROR_ILLEGAL_ADDRESS, xsa_sim_launch(s, p, size));
     CHECK();
-    expect_violations(0, 0, 1, (const char *const[]){"CUDA_ERROR_ILLEGAL_ADDRESS", addr_word, NULL});
+    expect_violations(0, 0, 1, 0, (const char *const[]){"CUDA_ERROR_ILLEGAL_ADDRESS", addr_word, NULL});
     assert_int_equal(pending, pending_kernels());
 }
 
@@ -533,9 +429,9 @@ static void test_kernel_over_several_mappings(void **state) {
     }
     launch(S1, va + GRAN / 2, 2 * GRAN);
     OK(XSA_DRV(D, mem_unmap, va + 2 * GRAN, GRAN));
-    expect_violations(1, 0, 0, NULL);
+    expect_violations(1, 0, 0, 0, NULL);
     OK(XSA_DRV(D, mem_unmap, va, GRAN));
-    expect_violations(1, 0, 0, NULL);
+    expect_violations(1, 0, 0, 0, NULL);
     xsa_sim_complete_all();
     OK(XSA_DRV(D, mem_unmap, va + GRAN, GRAN));
     NO_VIOLATION();
