@@ -4,7 +4,8 @@
     bash tests/gpu/run_graph_check.sh                           (every mode and case)
 
 MODE: native (PyTorch's own allocator, the reference), default, norec
-(page_recycling:False), classic (expandable_segments:False). CASE:
+(page_recycling:False), classic (expandable_segments:False), reuse
+(graph_capture_record_stream_reuse:True). CASE:
 - issue: issue 16's program: a graph captured on its own stream frees its
   temporaries inside the capture; then 32 eager tensors on the default stream
   and 32 on the capture's stream; three replays must give the eager result
@@ -22,7 +23,8 @@ import json
 import os
 import sys
 
-CONFS = {"default": "", "norec": "page_recycling:False", "classic": "expandable_segments:False"}
+CONFS = {"default": "", "norec": "page_recycling:False", "classic": "expandable_segments:False",
+         "reuse": "graph_capture_record_stream_reuse:True"}
 N = 1024
 
 

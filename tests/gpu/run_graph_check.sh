@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # CUDA graphs on xsalloc against PyTorch's allocator, on a GPU with torch:
 # every case of tests/gpu/graph_check.py in its own process, under native
-# (the reference), default, norec (page_recycling:False) and classic
-# (expandable_segments:False). Builds the library with setup.py; the
+# (the reference), default, norec (page_recycling:False), classic
+# (expandable_segments:False) and reuse (graph_capture_record_stream_reuse). Builds the library with setup.py; the
 # compile case's losses must equal native's. Exits non-zero on any failure.
-#   bash tests/gpu/run_graph_check.sh   (PYTHON=... the python3 with torch; CASES="issue two_stream")
+#   bash tests/gpu/run_graph_check.sh   (PYTHON=... the python3 with torch; CASES="issue two_stream"; MODES="default reuse")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -14,7 +14,7 @@ export XSALLOC_LIBRARY=$lib/xsalloc/libxsalloc.so
 fail=0
 native_losses=""
 for c in ${CASES:-issue two_stream compile mempool}; do
-    for m in native default norec classic; do
+    for m in native ${MODES:-default norec classic reuse}; do
         line=$(timeout 300 "$PY" tests/gpu/graph_check.py --mode "$m" --case "$c" 2> "$lib/$m-$c.err" | tail -1)
         rc=$?
         if [ -z "$line" ]; then
