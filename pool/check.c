@@ -282,13 +282,41 @@ static int check_drains(const xsa_pool *p, const recount *c, char *err, size_t n
     return 1;
 }
 
+/* Each stream's queue of record_stream events is well linked, and each
+ * node names a freed block that waits for exactly as many events as
+ * nodes name it (a block handed over by page recycling leaves no node
+ * behind). */
+static int check_event_queues(const xsa_pool *p, char *err, size_t n) {
+    const xsa_events *e = &p->events;
+    size_t nodes = 0;
+    for (int q = 0; q < e->n_queues; q++) {
+        const xsa_pending *last = NULL;
+        for (const xsa_pending *node = e->queues[q].head; node; last = node, node = node->next, nodes++) {
+            const xsa_block *b = node->block;
+            if (b->allocated || b->event_count <= 0)
+                return xsa_check_fail(err, n, "event queue %d names block %#lx, which waits for no event", q,
+                                      (unsigned long)b->ptr);
+            int named = 0;
+            for (int r = 0; r < e->n_queues; r++)
+                for (const xsa_pending *o = e->queues[r].head; o; o = o->next) named += o->block == b;
+            if (named != b->event_count)
+                return xsa_check_fail(err, n, "block %#lx waits for %d events, %d queued", (unsigned long)b->ptr,
+                                      b->event_count, named);
+        }
+        if (e->queues[q].tail != last) return xsa_check_fail(err, n, "event queue %d: tail is not its last node", q);
+    }
+    if (nodes != e->outstanding)
+        return xsa_check_fail(err, n, "%zu events queued, %zu outstanding", nodes, e->outstanding);
+    return 1;
+}
+
 int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
     recount c;
     memset(&c, 0, sizeof c);
     for (const xsa_seg *s = p->segments; s; s = s->next_seg)
         if (!check_segment(p, s, &c, err, n)) return 0;
     if (!check_mempools(p, &c, err, n)) return 0;
-    if (!check_exports(p, &c, err, n) || !check_drains(p, &c, err, n)) return 0;
+    if (!check_exports(p, &c, err, n) || !check_drains(p, &c, err, n) || !check_event_queues(p, err, n)) return 0;
     const xsa_device_stats *st = &p->stats;
     if (!check_stat("allocation", st->allocation, c.allocation, err, n) ||
         !check_stat("allocated_bytes", st->allocated_bytes, c.allocated_bytes, err, n) ||

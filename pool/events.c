@@ -1,4 +1,7 @@
-/* pool/events: per-stream queues of record_stream events (design in events.h). */
+/* pool/events: per-stream queues of record_stream events (design in
+ * events.h). Besides completion (poll, synchronize), a pending block can be
+ * handed over to a stream: page recycling does it when memory is short,
+ * and the events' nodes then leave the middle of their queues. */
 #include "pool/events.h"
 
 #include <stdlib.h>
@@ -156,6 +159,34 @@ void xsa_events_poll(xsa_events *e, xsa_block_done_fn done, void *ctx) {
         while (queue->head && XSA_DRV(e->drv, event_query, queue->head->event) == XSA_CU_SUCCESS)
             complete_head(e, queue, done, ctx);
     }
+}
+
+bool xsa_events_hand_over(xsa_events *e, xsa_block *b, xsa_stream stream) {
+    for (int q = 0; q < e->n_queues && b->event_count > 0; q++) {
+        xsa_stream_queue *queue = &e->queues[q];
+        xsa_pending *prev = NULL;
+        for (xsa_pending *n = queue->head, *next; n; n = next) {
+            next = n->next;
+            if (n->block != b) {
+                prev = n;
+                continue;
+            }
+            if (XSA_DRV(e->drv, event_query, n->event) != XSA_CU_SUCCESS &&
+                XSA_DRV(e->drv, stream_wait_event, stream, n->event) != XSA_CU_SUCCESS)
+                return false; /* b keeps waiting for this event and the rest */
+            if (prev)
+                prev->next = next;
+            else
+                queue->head = next;
+            if (queue->tail == n) queue->tail = prev;
+            e->outstanding--;
+            xsa_events_put_event(e, n->event);
+            n->next = e->free_nodes;
+            e->free_nodes = n;
+            b->event_count--;
+        }
+    }
+    return b->event_count == 0;
 }
 
 xsa_cu_result xsa_events_synchronize(xsa_events *e, xsa_block_done_fn done, void *ctx) {

@@ -55,6 +55,15 @@ void xsa_events_poll(xsa_events *e, xsa_block_done_fn done, void *ctx);
 xsa_cu_result xsa_events_take_event(xsa_events *e, xsa_event *ev);
 void xsa_events_put_event(xsa_events *e, xsa_event ev);
 
+/* Ends the CPU-side wait of pending block b (event_count > 0) on the GPU
+ * instead: each of its events not yet complete is waited for by `stream`
+ * (cuStreamWaitEvent), so that work queued there from now on runs after
+ * b's uses, and leaves its queue. Stops at the first refused call, b
+ * waiting for the events left. Returns true once b has none left (the
+ * caller then returns it to the cache, as poll's done() would). Never
+ * during a capture (it queries events). */
+bool xsa_events_hand_over(xsa_events *e, xsa_block *b, xsa_stream stream);
+
 /* Waits for every pending event, with the same effect as poll. */
 xsa_cu_result xsa_events_synchronize(xsa_events *e, xsa_block_done_fn done, void *ctx);
 

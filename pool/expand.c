@@ -5,7 +5,9 @@
  * as large as the device, tiled by blocks. Unmapped ranges are blocks too
  * (pool/pages); a miss maps just the pages needed at the start of an
  * unmapped block, merged with the free block before it, taking pages from
- * page recycling when the headroom rule says so.
+ * page recycling when the headroom rule says so. The unmapped block is
+ * chosen to leave the fewest free bytes in partial pages (they can be
+ * neither recycled nor released), then by best fit.
  */
 #include "pool/pool_internal.h"
 
@@ -48,11 +50,36 @@ static size_t room(const xsa_block *u) {
     return u->size + (is_free_mapped(u->prev) ? u->prev->size : 0) + (is_free_mapped(u->next) ? u->next->size : 0);
 }
 
-/* Best fit among the segment's unmapped blocks, ties to the lowest address. */
+/* How the free bytes in partial pages around unmapped block u change if
+ * a request of `size` is mapped there: what is left after the request,
+ * less the free blocks beside u that it uses (negative: it fills the
+ * partial page of a free block before u, or maps u whole into the one
+ * after). Partial pages cannot be recycled, so they are what reserved
+ * memory keeps beyond allocated. */
+static long long partial_change(const xsa_block *u, size_t size, size_t page) {
+    size_t before = is_free_mapped(u->prev) ? u->prev->size : 0;
+    size_t after = is_free_mapped(u->next) ? u->next->size : 0;
+    if (before >= size) return 0;
+    size_t need = size - before, bytes = (need + page - 1) / page * page;
+    if (bytes < u->size) return (long long)(bytes - need) - (long long)before;
+    return (long long)(before + u->size + after - size) - (long long)(before + after);
+}
+
+/* Among the segment's unmapped blocks with room for `size`: the one that
+ * leaves the fewest free bytes in partial pages, then the best fit, then
+ * the lowest address. (Best fit alone left a partial page at the end of
+ * most mapped runs: 3% of allocated memory in the multi-stream trace.) */
 static xsa_block *find_unmapped(const xsa_seg *s, size_t size) {
     xsa_block *best = NULL;
-    for (xsa_block *b = s->first; b; b = b->next)
-        if (!b->mapped && room(b) >= size && (!best || room(b) < room(best))) best = b;
+    long long best_change = 0;
+    for (xsa_block *b = s->first; b; b = b->next) {
+        if (b->mapped || room(b) < size) continue;
+        long long change = partial_change(b, size, s->vm.page_size);
+        if (!best || change < best_change || (change == best_change && room(b) < room(best))) {
+            best = b;
+            best_change = change;
+        }
+    }
     return best;
 }
 

@@ -22,8 +22,16 @@
  * nobody's memory and never handed out, counted in reserved memory once
  * (at its new address), and is unmapped once the event has completed,
  * polled at the next growth, never waited for on the allocation path.
- * Blocks waiting for record_stream events or pinned by IPC exports are not
- * free, so they are never taken. Pages come from the global memory pool
+ * Blocks pinned by IPC exports are not free, so they are never taken.
+ * Blocks freed with record_stream wait for events on the other streams
+ * that used them; when a growth is still short of pages after taking every
+ * free one, the pending blocks that free the most whole pages are handed
+ * over: their own stream waits for those events on the GPU
+ * (cuStreamWaitEvent) instead of the CPU polling them, and they become
+ * free blocks of that stream, whose pages move with the usual fence (a
+ * fence recorded after the wait covers the other streams' uses too). With
+ * the GPU 2000 calls behind, such blocks held a fifth of the multi-stream
+ * trace's reserved memory at its peak. Pages come from the global memory pool
  * only: a memory pool's free blocks may be a captured graph's memory,
  * whose addresses must stay. Nothing moves during a capture (the fence
  * queries an event).
@@ -50,6 +58,8 @@ size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages) {
     size_t fresh = room > 0 ? (size_t)(room / (double)p->page_size) : 0;
     return pages > fresh ? pages - fresh : 0;
 }
+
+static bool xsa_block_is_free_ptr(const xsa_block *b) { return b && xsa_block_is_free(b); }
 
 static size_t pages_of(const xsa_pool *p, const xsa_block *b) { return b->size / p->page_size; }
 
@@ -134,12 +144,83 @@ static size_t take_pass(xsa_pool *p, const xsa_seg *target, bool other, const xs
     return got;
 }
 
-size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, xsa_chunk *chunks, size_t *n_chunks) {
-    /* Pages of the growing stream first: they move with no wait at all. */
-    *n_chunks = 0;
+/* Whole pages that pending block b would free, merged with its free
+ * neighbours (an estimate: chunks of several pages are not looked at). */
+static size_t pending_pages(const xsa_pool *p, const xsa_block *b) {
+    uintptr_t lo = xsa_block_is_free_ptr(b->prev) ? b->prev->ptr : b->ptr;
+    uintptr_t hi = b->ptr + b->size + (xsa_block_is_free_ptr(b->next) ? b->next->size : 0);
+    size_t first = (lo - b->seg->base + p->page_size - 1) / p->page_size, end = (hi - b->seg->base) / p->page_size;
+    return end > first ? end - first : 0;
+}
+
+/* A pending block that may be handed over: the global memory pool's, of an
+ * expandable segment, not pinned, and not next to the free blocks around
+ * the growth point (a merge would take their records away). */
+static bool may_hand_over(const xsa_pool *p, const xsa_block *b, const xsa_block *keep1, const xsa_block *keep2) {
+    if (b->ipc_exports || b->capture_deferred || !b->seg->expandable || !xsa_mempool_is_global(p, b->seg->mp))
+        return false;
+    for (const xsa_block *k = keep1; k; k = k == keep1 ? keep2 : NULL)
+        if (b == k || b->prev == k || b->next == k) return false;
+    return true;
+}
+
+typedef struct candidate {
+    xsa_block *block;
+    size_t pages;
+} candidate;
+
+static int more_pages_first(const void *a, const void *b) {
+    size_t x = ((const candidate *)a)->pages, y = ((const candidate *)b)->pages;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Memory is short and blocks freed with record_stream still wait for the
+ * other streams' work: the blocks that free the most whole pages, until
+ * about `pages`, stop waiting on the CPU and have their own stream wait on
+ * the GPU instead (xsa_events_hand_over); they are free blocks of that
+ * stream then, whose pages recycling can move with the usual fence. How
+ * many pages they free, by the estimate. */
+static size_t hand_over_pending(xsa_pool *p, const xsa_block *keep1, const xsa_block *keep2, size_t pages) {
+    xsa_events *e = &p->events;
+    candidate *c = malloc(e->outstanding * sizeof *c);
+    size_t n = 0, freed = 0;
+    if (!c) return 0;
+    for (int q = 0; q < e->n_queues; q++)
+        for (xsa_pending *node = e->queues[q].head; node; node = node->next) {
+            xsa_block *b = node->block;
+            size_t i = 0;
+            while (i < n && c[i].block != b) i++; /* one entry per block */
+            if (i < n || !may_hand_over(p, b, keep1, keep2)) continue;
+            size_t whole = pending_pages(p, b);
+            if (whole) c[n++] = (candidate){b, whole};
+        }
+    qsort(c, n, sizeof *c, more_pages_first);
+    for (size_t i = 0; i < n && freed < pages; i++) {
+        xsa_block *b = c[i].block;
+        if (!xsa_events_hand_over(e, b, b->stream)) break;
+        xsa_pool_free_block(p, b);
+        freed += c[i].pages;
+    }
+    free(c);
+    return freed;
+}
+
+/* Takes pages of the growing stream first (they move with no wait at all),
+ * then other streams'. */
+static size_t take_passes(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
+                          size_t pages, xsa_chunk *chunks, size_t *n_chunks) {
     size_t got = take_pass(p, target, false, keep1, keep2, pages, chunks, n_chunks);
     if (got < pages) got += take_pass(p, target, true, keep1, keep2, pages - got, chunks, n_chunks);
+    return got;
+}
+
+size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
+                        size_t pages, xsa_chunk *chunks, size_t *n_chunks) {
+    *n_chunks = 0;
+    size_t got = take_passes(p, target, keep1, keep2, pages, chunks, n_chunks);
+    /* Short of free pages: blocks waiting for record_stream events next. */
+    if (got < pages && p->events.outstanding && hand_over_pending(p, keep1, keep2, pages - got))
+        got += take_passes(p, target, keep1, keep2, pages - got, chunks, n_chunks);
     return got;
 }
 

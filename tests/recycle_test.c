@@ -5,6 +5,8 @@
  * stream completes; another stream waits on that event on the GPU, never
  * on the CPU. The headroom rule bounds what moves, a failed growth gives
  * its pages back, and releasing or destroying the pool ends the drains.
+ * Blocks freed with record_stream are handed over (their stream waits on
+ * the GPU) when memory is short, and a growth fills partial pages first.
  * Both invariant checkers run after every step.
  */
 #include <setjmp.h>
@@ -139,19 +141,28 @@ static void test_no_wait_for_finished_work_and_own_stream_first(void **state) {
     teardown(p);
 }
 
-static void test_pending_record_stream_block_is_never_taken(void **state) {
+/* A block freed with record_stream waits for the other stream's work. Its
+ * pages move only when memory is short, and only after its own stream
+ * waits for that work on the GPU (cuStreamWaitEvent): never synchronized
+ * on the CPU, and never without the wait. */
+static void test_pending_record_stream_block_moves_after_a_gpu_wait(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, recycling);
     void *a = alloc(p, 4 * MiB, S0);
     void *keep = alloc(p, 2 * MiB, S0);
     assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
     release(p, a); /* waits for S1's event */
-    void *x = alloc(p, 2 * MiB, S1);
-    assert_int_equal(stats(p).num_pages_recycled, 0);
-    xsa_sim_complete_stream(S1);
-    void *y = alloc(p, 4 * MiB, S1); /* a is back in the cache: its pages move */
+    uint64_t waits = calls(XSA_DRV_stream_wait_event), syncs = calls(XSA_DRV_event_synchronize);
+    void *x = alloc(p, 2 * MiB, S1); /* short of a page: a is handed over, one page moves */
+    assert_int_equal(stats(p).num_pages_recycled, 1);
+    /* S0 waits for S1's event, then S1 for the fence on S0. */
+    assert_int_equal(calls(XSA_DRV_stream_wait_event), waits + 2);
+    assert_int_equal(calls(XSA_DRV_event_synchronize), syncs);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 6 * MiB);
+    xsa_sim_complete_all();
+    void *y = alloc(p, 2 * MiB, S1); /* a's other page, a free block of S0 by now */
     assert_int_equal(stats(p).num_pages_recycled, 2);
-    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 2 * MiB + 2 * MiB + 4 * MiB);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 6 * MiB);
     release(p, x);
     release(p, y);
     release(p, keep);
@@ -329,6 +340,68 @@ static void test_moves_under_queued_kernels_are_safe(void **state) {
     teardown(p);
 }
 
+#define S2 ((void *)0x1002)
+
+/* On the timeline: a block used on S1 (record_stream) and freed while S1's
+ * kernel on it is queued, its pages then going to S2. S2's kernel on them
+ * must come after S1's: S0 waits on S1's event, S2 on the fence recorded
+ * on S0 after that wait. (Without S0's wait, as a hand-over that skipped
+ * cuStreamWaitEvent would, S2's kernel races with S1's.) */
+static void test_handed_over_pages_wait_for_the_other_streams_use(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    xsa_sim_set_gpu_lag(100);
+    void *a = alloc(p, 4 * MiB, S0), *keep = alloc(p, 2 * MiB, S0);
+    launch(S0, a, 4 * MiB);
+    xsa_sim_tick(1000); /* S0's write is done before S1 reads */
+    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
+    launch(S1, a, 4 * MiB); /* still queued at the free */
+    release(p, a);
+    void *y = alloc(p, 2 * MiB, S2);
+    launch(S2, y, 2 * MiB);
+    assert_int_equal(stats(p).num_pages_recycled, 1);
+    assert_int_not_equal(usage().pending_kernels, 0);
+    expect_no_violation();
+    xsa_sim_tick(1000);
+    void *z = alloc(p, 4 * MiB, S2); /* a growth: the old address goes now */
+    launch(S2, z, 4 * MiB);
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)a + 2 * MiB), 0);
+    expect_no_violation();
+    release(p, y);
+    release(p, z);
+    release(p, keep);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    expect_no_violation();
+    xsa_sim_set_gpu_lag(-1);
+    teardown(p);
+}
+
+/* A growth maps where it leaves the fewest free bytes in partial pages:
+ * into the unmapped range after a free 1 MiB piece (using the piece, one
+ * new page) rather than the best-fitting 4 MiB range (two new pages and a
+ * free MiB that no page move can take). S0's large segment, in MiB: a
+ * [0, 3), a free piece [3, 4), unmapped [4, 10), c [10, 12), unmapped
+ * [12, 16), e [16, 18). */
+static void test_growth_fills_partial_pages_first(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    void *a = alloc(p, 3 * MiB, S0), *b = alloc(p, 7 * MiB, S0), *c = alloc(p, 2 * MiB, S0);
+    void *d = alloc(p, 4 * MiB, S0), *e = alloc(p, 2 * MiB, S0);
+    release(p, b);
+    release(p, d);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    check(p);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 8 * MiB);
+    void *f = alloc(p, 3 * MiB, S0);
+    assert_ptr_equal(f, (char *)a + 3 * MiB);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 10 * MiB);
+    release(p, f);
+    release(p, a);
+    release(p, c);
+    release(p, e);
+    teardown(p);
+}
+
 static void six_mib_handles(xsa_pool_options *o) {
     o->page_recycling = true;
     o->page_recycling_headroom = 0.0;
@@ -380,7 +453,7 @@ int main(void) {
         cmocka_unit_test(test_page_moves_at_once_on_its_stream),
         cmocka_unit_test(test_other_stream_waits_on_the_gpu_and_old_address_goes_later),
         cmocka_unit_test(test_no_wait_for_finished_work_and_own_stream_first),
-        cmocka_unit_test(test_pending_record_stream_block_is_never_taken),
+        cmocka_unit_test(test_pending_record_stream_block_moves_after_a_gpu_wait),
         cmocka_unit_test(test_headroom_bounds_moves),
         cmocka_unit_test(test_headroom_survives_peak_reset),
         cmocka_unit_test(test_failed_growth_gives_pages_back),
@@ -389,6 +462,8 @@ int main(void) {
         cmocka_unit_test(test_destroy_while_draining),
         cmocka_unit_test(test_moves_under_queued_kernels_are_safe),
         cmocka_unit_test(test_larger_handles_move_and_go_whole),
+        cmocka_unit_test(test_handed_over_pages_wait_for_the_other_streams_use),
+        cmocka_unit_test(test_growth_fills_partial_pages_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
