@@ -228,3 +228,33 @@ xsa_status xsa_dump_snapshot(const char *path) {
 }
 
 void xsa_free_buffer(void *buffer) { free(buffer); }
+
+xsa_status xsa_device_snapshot_take(int device, xsa_device_snapshot *out) {
+    if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_device_snapshot_take: out is NULL");
+    *out = (xsa_device_snapshot){0};
+    xsa_pool *p = NULL;
+    xsa_status st = xsa_api_lock("xsa_device_snapshot_take", device, false, &p);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool_snapshot ps = {0};
+    bool ok = !p || xsa_pool_snapshot_take(p, &ps) == XSA_POOL_OK;
+    ok = ok && xsa_history_copy(device, &out->history, &out->n_history);
+    xsa_api_unlock(device);
+    if (!ok) {
+        xsa_pool_snapshot_free(&ps);
+        return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_device_snapshot_take: out of host memory");
+    }
+    out->segments = ps.segments;
+    out->n_segments = ps.n_segments;
+    out->blocks = ps.blocks;
+    out->n_blocks = ps.n_blocks;
+    free(ps.reservations);
+    return xsa_ok();
+}
+
+void xsa_device_snapshot_free(xsa_device_snapshot *snap) {
+    if (!snap) return;
+    free(snap->segments);
+    free(snap->blocks);
+    free(snap->history);
+    *snap = (xsa_device_snapshot){0};
+}
