@@ -22,6 +22,7 @@ for the pluggable path. torch's allocator can only be swapped before CUDA
 is initialised; use() checks that first and says so.
 """
 
+import hashlib
 import os
 import warnings
 
@@ -121,8 +122,11 @@ def _build_adapter(torch, lib):
     from torch.utils import cpp_extension
     source, include = _adapter_sources(lib)
     libdir = os.path.dirname(os.path.abspath(lib.path))
+    # One cached build per library: torch rebuilds an extension whose flags
+    # changed, so two libraries under one name would rebuild at every switch.
+    name = "xsalloc_torch_adapter_" + hashlib.sha1(libdir.encode()).hexdigest()[:10]
     return cpp_extension.load(
-        name="xsalloc_torch_adapter", sources=[source], extra_include_paths=[include],
+        name=name, sources=[source], extra_include_paths=[include],
         extra_cflags=["-O2"], extra_ldflags=[f"-L{libdir}", "-l:" + os.path.basename(lib.path), f"-Wl,-rpath,{libdir}"],
         with_cuda=True, verbose=False)
 

@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -49,8 +50,21 @@ using Filter = std::function<bool(cudaStream_t)>;
 
 std::string last_error() { return xsa_last_error(); }
 
+// Errors are thrown with messages built as std::string, never through
+// TORCH_CHECK's stream formatting: torch's compiler on the H100 links part
+// of libstdc++ statically into extensions, and formatting a number through
+// that copy's locale crashed (SIGSEGV in codecvt, H100 device call 5).
+template <typename E = c10::Error>
+[[noreturn]] void fail(const std::string& msg) {
+  throw E(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "xsalloc: " + msg);
+}
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) fail(msg);
+}
+
 void check(const char* what, xsa_status st) {
-  TORCH_CHECK(st == XSA_SUCCESS, "xsalloc: ", what, ": ", last_error());
+  if (st != XSA_SUCCESS) fail(std::string(what) + ": " + last_error());
 }
 
 xsa_mempool_id pool_id(c10::MempoolId_t id) { return {id.first, id.second}; }
@@ -108,7 +122,7 @@ class Adapter final : public CCA::CUDAAllocator {
   // Called by the deleter of every tensor's memory: it cannot throw.
   void release(void* ptr) {
     forget_context(ptr);
-    if (xsa_ctx_free(ptr) != XSA_SUCCESS) TORCH_WARN("xsalloc: freeing ", ptr, ": ", last_error());
+    if (xsa_ctx_free(ptr) != XSA_SUCCESS) fprintf(stderr, "xsalloc: freeing %p: %s\n", ptr, xsa_last_error());
   }
 
   // ---- device state ----
@@ -131,7 +145,7 @@ class Adapter final : public CCA::CUDAAllocator {
     fractions_[device] = fraction;
   }
   void enable(bool value) override {
-    TORCH_CHECK(value, "xsalloc: the allocator cannot be disabled; use torch's own allocator instead");
+    require(value, "the allocator cannot be disabled; use torch's own allocator instead");
   }
   bool isEnabled() const override { return true; }
   void emptyCache(c10::MempoolId_t) override {
@@ -218,8 +232,8 @@ class Adapter final : public CCA::CUDAAllocator {
   }
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
                           std::shared_ptr<CCA::CUDAAllocator> allocator) override {
-    TORCH_CHECK(!allocator || allocator.get() == this,
-                "xsalloc: a MemPool with an allocator of its own is not supported under xsalloc (its memory "
+    require(!allocator || allocator.get() == this,
+                "a MemPool with an allocator of its own is not supported under xsalloc (its memory "
                 "would bypass xsalloc); create the MemPool without an allocator");
     KeepDevice keep;
     check("createOrIncrefPool", xsa_mempool_create(device, pool_id(id)));
@@ -230,11 +244,11 @@ class Adapter final : public CCA::CUDAAllocator {
     return uses;
   }
   void setUseOnOOM(c10::DeviceIndex, c10::MempoolId_t, bool use_on_oom) override {
-    TORCH_CHECK(!use_on_oom, "xsalloc: MemPool(use_on_oom=True) is not supported: a pool's memory goes to "
+    require(!use_on_oom, "MemPool(use_on_oom=True) is not supported: a pool's memory goes to "
                              "its own allocations only");
   }
   void setNoSplit(c10::DeviceIndex, c10::MempoolId_t) override {
-    TORCH_CHECK(false, "xsalloc: MemPool(no_split=True) is not supported");
+    fail("MemPool(no_split=True) is not supported");
   }
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t id,
                                 const std::unordered_set<void*>& expected) override {
@@ -252,7 +266,7 @@ class Adapter final : public CCA::CUDAAllocator {
     return state;
   }
   CCA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<CCA::AllocatorState>) override {
-    TORCH_CHECK(false, "xsalloc: restoring a cudagraph trees checkpoint (setCheckpointPoolState) is not "
+    fail("restoring a cudagraph trees checkpoint (setCheckpointPoolState) is not "
                        "supported yet; torch.compile(mode=\"reduce-overhead\") needs it only when a new graph "
                        "is recorded while replayed outputs are alive");
   }
@@ -340,11 +354,11 @@ class Adapter final : public CCA::CUDAAllocator {
     return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
   }
   CCA::ShareableHandle shareIpcHandle(void*) override {
-    TORCH_CHECK(false, "xsalloc: sharing a CUDA tensor with another process (torch.multiprocessing) is not "
+    fail("sharing a CUDA tensor with another process (torch.multiprocessing) is not "
                        "supported through torch yet; use xsalloc's xsa_ipc_export/xsa_ipc_import");
   }
   std::shared_ptr<void> getIpcDevPtr(std::string) override {
-    TORCH_CHECK(false, "xsalloc: opening another process's CUDA tensor is not supported through torch yet");
+    fail("opening another process's CUDA tensor is not supported through torch yet");
   }
   std::string name() override { return "xsalloc"; }
 
@@ -366,7 +380,7 @@ class Adapter final : public CCA::CUDAAllocator {
     }
     std::string why = last_error();
     if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, size, why);
-    TORCH_CHECK(false, "xsalloc: allocating ", size, " bytes on device ", int(device), ": ", why);
+    fail("allocating " + std::to_string(size) + " bytes on device " + std::to_string(int(device)) + ": " + why);
   }
 
   [[noreturn]] void out_of_memory(c10::DeviceIndex device, size_t size, const std::string& why) {
@@ -383,9 +397,9 @@ class Adapter final : public CCA::CUDAAllocator {
       observers = oom_observers_;
     }
     for (auto& o : observers) o(device, allocated, total, free);
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (xsalloc). Tried to allocate ", size,
-                     " bytes on device ", int(device), ". ", why,
-                     " Free cached memory with torch.cuda.empty_cache() and try a smaller size.");
+    fail<c10::OutOfMemoryError>("CUDA out of memory. Tried to allocate " + std::to_string(size) + " bytes on device " +
+                                std::to_string(int(device)) + ". " + why +
+                                " Free cached memory with torch.cuda.empty_cache() or try a smaller size.");
   }
 
   Context gather() {
@@ -543,7 +557,7 @@ void free_block(void* ptr) {
 
 // Makes the adapter torch's CUDA allocator (before CUDA is initialised).
 void install() {
-  TORCH_CHECK(!the_adapter, "xsalloc: the adapter is installed already");
+  require(!the_adapter, "the adapter is installed already");
   auto adapter = std::make_shared<Adapter>();
   torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(adapter);
   the_adapter = adapter;
