@@ -108,7 +108,7 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
     return alloc
 
 
-def _adapter_sources(lib):
+def _adapter_sources():
     """The adapter's source and the include directory holding api/xsalloc.h and api/pytorch.h."""
     here = os.path.dirname(os.path.abspath(__file__))
     for include in (os.path.join(here, "include"), os.path.dirname(os.path.dirname(here))):
@@ -120,7 +120,7 @@ def _adapter_sources(lib):
 def _build_adapter(torch, lib):
     """Compiles the adapter against this torch (once: torch caches the build) and imports it."""
     from torch.utils import cpp_extension
-    source, include = _adapter_sources(lib)
+    source, include = _adapter_sources()
     libdir = os.path.dirname(os.path.abspath(lib.path))
     # One cached build per library: torch rebuilds an extension whose flags
     # changed, so two libraries under one name would rebuild at every switch.

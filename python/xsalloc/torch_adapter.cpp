@@ -116,13 +116,11 @@ class Adapter final : public CCA::CUDAAllocator {
     return nbytes ? malloc_on(nbytes, c10::cuda::current_device(), stream) : nullptr;
   }
   void raw_delete(void* ptr) override {
-    forget_context(ptr);
-    check("raw_delete", xsa_ctx_free(ptr));
+    check("raw_delete", free_tagged(ptr));
   }
   // Called by the deleter of every tensor's memory: it cannot throw.
   void release(void* ptr) {
-    forget_context(ptr);
-    if (xsa_ctx_free(ptr) != XSA_SUCCESS) fprintf(stderr, "xsalloc: freeing %p: %s\n", ptr, xsa_last_error());
+    if (free_tagged(ptr) != XSA_SUCCESS) fprintf(stderr, "xsalloc: freeing %p: %s\n", ptr, xsa_last_error());
   }
 
   // ---- device state ----
@@ -330,7 +328,10 @@ class Adapter final : public CCA::CUDAAllocator {
     oom_observers_.push_back(std::move(observer));
   }
   void attachAllocatorTraceTracker(CDA::AllocatorTraceTracker tracker) override {
+    // on_trace reads trackers_ under the device locks only: take the
+    // callback away (which waits for every device) while the list grows.
     std::lock_guard<std::mutex> g(mu_);
+    check("attachAllocatorTraceTracker", xsa_set_trace_callback(nullptr, nullptr));
     trackers_.push_back(std::move(tracker));
     check("attachAllocatorTraceTracker", xsa_set_trace_callback(&Adapter::on_trace, this));
   }
@@ -419,16 +420,25 @@ class Adapter final : public CCA::CUDAAllocator {
     return tag;
   }
 
-  void forget_context(void* ptr) {
-    if (!contexts_on_ && !has_live_) return;
-    Context ctx;
+  // Forgets ptr's context; true when the free's events are tagged with the
+  // freeing stack (the caller then clears the tag).
+  bool forget_context(void* ptr) {
+    if (!contexts_on_ && !has_live_) return false;
     {
       std::lock_guard<std::mutex> g(ctx_mu_);
       live_.erase(ptr);
       has_live_ = !live_.empty();
     }
-    if (contexts_on_ && when_ == CDA::RecordContext::ALL && (ctx = gather()))
-      xsa_set_trace_tag(remember(ctx, true));  // the free events carry the freeing stack
+    Context ctx = contexts_on_ && when_ == CDA::RecordContext::ALL ? gather() : nullptr;
+    if (ctx) xsa_set_trace_tag(remember(ctx, true));
+    return ctx != nullptr;
+  }
+
+  xsa_status free_tagged(void* ptr) {
+    bool tagged = forget_context(ptr);
+    xsa_status st = xsa_ctx_free(ptr);
+    if (tagged) xsa_set_trace_tag(0);  // later events of this thread are not this free's
+    return st;
   }
 
   Context tag_context(const xsa_history_entry& e) const {
@@ -522,7 +532,7 @@ class Adapter final : public CCA::CUDAAllocator {
     auto* self = static_cast<Adapter*>(user);
     if (e->action == XSA_ACT_RECORD_STREAM) return;
     CDA::TraceEntry t = trace_entry(device, *e, nullptr, c10::getApproximateTime());
-    for (auto& tracker : self->trackers_) tracker(t);  // appended under mu_ before the callback is set
+    for (auto& tracker : self->trackers_) tracker(t);  // never growing while set (attachAllocatorTraceTracker)
   }
 
   std::mutex mu_;

@@ -18,12 +18,13 @@ CASE:
 Prints one JSON line: {"case", "ok", "detail"}.
 """
 import argparse
-import json
 import os
 import pickle
 import sys
 import tempfile
 import time
+
+from case_report import run_case
 
 
 def case_stats(torch, xsalloc):
@@ -122,12 +123,7 @@ def main():
     import torch
 
     xsalloc.torch.use(conf=a.conf, adapter=bool(a.adapter))
-    try:
-        ok, detail = CASES[a.case](torch, xsalloc)
-    except Exception as e:  # the case's failure, said in one line
-        ok, detail = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    print(json.dumps({"case": a.case, "adapter": a.adapter, "ok": ok, "detail": detail}), flush=True)
-    return 0 if ok else 1
+    return run_case(CASES[a.case], (torch, xsalloc), {"case": a.case, "adapter": a.adapter})
 
 
 if __name__ == "__main__":
