@@ -12,9 +12,6 @@ CASE:
   trace and on the live blocks.
 - oom: a 200 GiB torch.empty raises torch.OutOfMemoryError (not a tensor at
   address 0) with xsalloc's report; after empty_cache() training goes on.
-- hotpath --adapter 0|1: ns per torch.cuda.caching_allocator_alloc +
-  caching_allocator_delete pair of 1 MiB (what torch's raw_alloc_with_stream
-  and raw_delete cost through the adapter or the pluggable path).
 Prints one JSON line: {"case", "ok", "detail"}.
 """
 import argparse
@@ -22,7 +19,6 @@ import os
 import pickle
 import sys
 import tempfile
-import time
 
 from case_report import run_case
 
@@ -92,23 +88,7 @@ def case_oom(torch, xsalloc):
     return ok, f"OutOfMemoryError: {message[:200]}; 5 more steps trained"
 
 
-def case_hotpath(torch, xsalloc):
-    stream = torch.cuda.current_stream().cuda_stream
-    alloc, free = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
-    for _ in range(1000):
-        free(alloc(1 << 20, 0, stream))
-    best = []
-    for _ in range(7):
-        n = 100000
-        t = time.perf_counter_ns()
-        for _ in range(n):
-            free(alloc(1 << 20, 0, stream))
-        best.append((time.perf_counter_ns() - t) / n)
-    best.sort()
-    return True, {"ns_per_pair_median": round(best[3], 1), "adapter": xsalloc.torch.adapter_in_use()}
-
-
-CASES = {"stats": case_stats, "history": case_history, "oom": case_oom, "hotpath": case_hotpath}
+CASES = {"stats": case_stats, "history": case_history, "oom": case_oom}
 
 
 def main():

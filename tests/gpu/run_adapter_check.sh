@@ -3,7 +3,8 @@
 # setup.py, compiles the adapter (timed: the first use() of a machine does
 # it, later ones load torch's cached build), then every case of
 # tests/gpu/adapter_check.py in its own process, and the hot path through
-# the adapter against the pluggable path, interleaved (REPS rounds).
+# the adapter against the pluggable path in one process
+# (benchmarks/gpu/adapter_ab.py; ROUNDS rounds).
 #   bash tests/gpu/run_adapter_check.sh   (PYTHON=...; XSALLOC_LIBRARY=... to reuse a built library)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +28,5 @@ for c in ${CASES:-stats history oom}; do
     echo "$line"
     echo "$line" | grep -q '"ok": true' || fail=1
 done
-for r in $(seq "${REPS:-3}"); do
-    for a in 1 0; do timeout 120 "$PY" tests/gpu/adapter_check.py --case hotpath --adapter $a 2>/dev/null | tail -1; done
-done
+timeout 300 "$PY" benchmarks/gpu/adapter_ab.py --rounds "${ROUNDS:-100}" || fail=1
 exit $fail
