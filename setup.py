@@ -15,8 +15,11 @@ Bazel's (.bazelrc): the GPU scripts build with this file too.
 import glob
 import os
 
+import shutil
+
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 from setuptools.errors import CompileError, LinkError
 
 LTO = "-flto=auto"
@@ -46,6 +49,17 @@ class BuildLibrary(build_ext):
             super().build_extension(ext)
 
 
+class BuildPackage(build_py):
+    """The package plus the C headers that xsalloc.torch compiles the torch adapter with."""
+
+    def run(self):
+        super().run()
+        include = os.path.join(self.build_lib, "xsalloc", "include", "api")
+        os.makedirs(include, exist_ok=True)
+        for header in ("api/xsalloc.h", "api/pytorch.h"):
+            shutil.copy(header, include)
+
+
 library = Extension(
     "xsalloc.libxsalloc",
     sources=sorted(glob.glob("api/*.c") + glob.glob("pool/*.c") + glob.glob("vmm/*.c")),
@@ -57,4 +71,5 @@ library = Extension(
     libraries=["dl", "pthread"],
 )
 
-setup(package_dir={"": "python"}, packages=["xsalloc"], ext_modules=[library], cmdclass={"build_ext": BuildLibrary})
+setup(package_dir={"": "python"}, packages=["xsalloc"], package_data={"xsalloc": ["torch_adapter.cpp"]},
+      ext_modules=[library], cmdclass={"build_ext": BuildLibrary, "build_py": BuildPackage})

@@ -269,6 +269,25 @@ const char *xsa_api_conf_source(const char **text) {
     return g.conf_source;
 }
 
+xsa_status xsa_get_settings(xsa_settings *out) {
+    if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_settings: out is NULL");
+    xsa_status st = ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    const xsa_pool_options *o = &g.config.pool;
+    _Static_assert(sizeof out->roundup_power2_divisions == sizeof o->roundup_power2_divisions,
+                   "xsa_settings carries every roundup interval");
+    *out = (xsa_settings){
+        .source = g.conf_source,
+        .text = g.conf_text,
+        .expandable_segments = o->expandable_segments,
+        .page_recycling = o->page_recycling,
+        .max_split_size = o->max_split_size,
+        .garbage_collection_threshold = o->garbage_collection_threshold,
+    };
+    memcpy(out->roundup_power2_divisions, o->roundup_power2_divisions, sizeof out->roundup_power2_divisions);
+    return xsa_ok();
+}
+
 xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
     if (!ptr) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_malloc: ptr is NULL");
     *ptr = NULL;
@@ -487,6 +506,18 @@ xsa_status xsa_mempool_create(int device, xsa_mempool_id id) {
 
 xsa_status xsa_mempool_release(int device, xsa_mempool_id id) {
     return on_mempool("xsa_mempool_release", device, id, xsa_pool_mempool_release);
+}
+
+xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses) {
+    if (!uses) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_mempool_use_count: uses is NULL");
+    *uses = 0;
+    xsa_status st = check_device("xsa_mempool_use_count", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_mempool_exists(p, id, uses);
+    unlock_pool(device);
+    return xsa_ok();
 }
 
 xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx) {

@@ -45,7 +45,7 @@
  * page_recycling_headroom        | number, 0 <= x <= 1             | 0.01     | pool.page_recycling_headroom (xsalloc's own key)
  * peer_access                    | True / False                    | False    | pool.peer_access (xsalloc's own key) (7)
  * ipc_handles                    | True / False                    | False    | pool.ipc_handles (xsalloc's own key) (7)
- * expandable_handle_mb           | even integer, 2 <= x <= 1024    | 2        | pool.handle_size (bytes; xsalloc's own key)
+ * expandable_handle_mb           | even integer, 2 <= x <= 1024    | 20       | pool.handle_size (bytes; xsalloc's own key; the most, pool/recycle.c)
  * max_split_size_mb              | integer >= 20 (MiB)             | no limit | pool.max_split_size (bytes)
  * max_non_split_rounding_mb      | integer >= 20 (MiB)             | 20       | pool.max_non_split_rounding (bytes)
  * roundup_power2_divisions       | N, or [MB:N,...,>:N] (below)    | all 0    | pool.roundup_power2_divisions[16]

@@ -39,7 +39,15 @@ static struct {
     ring rings[XSA_MAX_DEVICES];
     hook_slot hooks[XSA_MAX_HOOKS];
     int n_hooks;
+    xsa_trace_fn trace_fn; /* the adapter's tracker, or NULL */
+    void *trace_user;
 } obs;
+
+/* The thread's tag (xsa_set_trace_tag), read only while an event is
+ * observed: the hot path never touches it. */
+static __thread uint64_t trace_tag;
+
+void xsa_set_trace_tag(uint64_t tag) { trace_tag = tag; }
 
 const char *xsa_action_name(xsa_action a) {
     static const char *const names[] = {
@@ -80,16 +88,14 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void record(const xsa_obs_event *e, xsa_action action) {
-    ring *r = &obs.rings[e->device];
+static void record(int device, const xsa_history_entry *entry) {
+    ring *r = &obs.rings[device];
     if (!r->entries && !r->dropped) {
         r->entries = malloc(obs.cap * sizeof *r->entries);
         r->dropped = !r->entries; /* out of host memory: this device records nothing */
     }
     if (!r->entries) return;
-    r->entries[r->next] = (xsa_history_entry){
-        .action = action, .addr = e->addr, .size = e->size, .stream = e->stream, .time_ns = now_ns(),
-    };
+    r->entries[r->next] = *entry;
     r->next = (r->next + 1) % obs.cap;
     if (r->count < obs.cap) r->count++;
 }
@@ -149,12 +155,19 @@ static void call_hooks(const xsa_obs_event *e) {
 static void on_event(void *ctx, const xsa_obs_event *e) {
     (void)ctx;
     int action = action_of(e->kind);
-    if (obs.recording && action >= 0) record(e, (xsa_action)action);
+    if (action >= 0 && (obs.recording || obs.trace_fn)) {
+        xsa_history_entry entry = {
+            .action = (xsa_action)action, .addr = e->addr, .size = e->size, .stream = e->stream,
+            .time_ns = now_ns(), .tag = trace_tag,
+        };
+        if (obs.recording) record(e->device, &entry);
+        if (obs.trace_fn) obs.trace_fn(e->device, &entry, obs.trace_user);
+    }
     if (obs.n_hooks > 0) call_hooks(e);
 }
 
 void xsa_observe_attach(xsa_pool *pool) {
-    bool on = obs.recording || obs.n_hooks > 0;
+    bool on = obs.recording || obs.n_hooks > 0 || obs.trace_fn;
     xsa_pool_set_observer(pool, on ? on_event : NULL, NULL);
 }
 
@@ -227,5 +240,16 @@ xsa_status xsa_unregister_hooks(int id) {
     }
     unlock_all(pools, n);
     if (!known) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_unregister_hooks(%d): no such hook set", id);
+    return xsa_ok();
+}
+
+xsa_status xsa_set_trace_callback(xsa_trace_fn fn, void *user) {
+    xsa_pool *pools[XSA_MAX_DEVICES];
+    int n = 0;
+    xsa_status st = lock_all("xsa_set_trace_callback", pools, &n);
+    if (st != XSA_SUCCESS) return st;
+    obs.trace_fn = fn;
+    obs.trace_user = fn ? user : NULL;
+    unlock_all(pools, n);
     return xsa_ok();
 }

@@ -10,27 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api/xsalloc.h"
 #include "vmm/driver.h"
 
-typedef enum xsa_action {
-    XSA_ACT_ALLOC,
-    XSA_ACT_FREE_REQUESTED,
-    XSA_ACT_FREE_COMPLETED,
-    XSA_ACT_SEGMENT_ALLOC,
-    XSA_ACT_SEGMENT_FREE,
-    XSA_ACT_SEGMENT_MAP,
-    XSA_ACT_SEGMENT_UNMAP,
-    XSA_ACT_OOM,
-    XSA_ACT_RECORD_STREAM, /* xsalloc's own: not a PyTorch action */
-} xsa_action;
-
-typedef struct xsa_history_entry {
-    xsa_action action;
-    uintptr_t addr;   /* oom: the device's free bytes */
-    size_t size;      /* alloc, free_*, record_stream: requested bytes */
-    xsa_stream stream;
-    uint64_t time_ns; /* CLOCK_MONOTONIC */
-} xsa_history_entry;
+/* xsa_action and xsa_history_entry are public (api/xsalloc.h). */
 
 /* PyTorch's name of an action ("alloc", "segment_map", ...); NULL for
  * record_stream, which PyTorch has not. */

@@ -32,6 +32,16 @@ static void free_copies(device_copy *c, int n) {
     free(c);
 }
 
+/* Copies device d's pool (p, NULL if it has none) and trace ring into *c,
+ * with d's lock held. False if host memory runs out. */
+static bool copy_device(int d, const xsa_pool *p, device_copy *c) {
+    if (p) {
+        if (xsa_pool_snapshot_take(p, &c->pool) != XSA_POOL_OK) return false;
+        c->has_pool = true;
+    }
+    return xsa_history_copy(d, &c->history, &c->n_history);
+}
+
 /* Copies every device's state into *out (n devices). */
 static xsa_status copy_devices(device_copy **out, int *n) {
     xsa_status st = xsa_device_count(n);
@@ -41,11 +51,7 @@ static xsa_status copy_devices(device_copy **out, int *n) {
     for (int d = 0; d < *n && ok; d++) {
         xsa_pool *p = NULL;
         xsa_api_lock("snapshot", d, false, &p);
-        if (p) {
-            ok = xsa_pool_snapshot_take(p, &c[d].pool) == XSA_POOL_OK;
-            c[d].has_pool = ok;
-        }
-        ok = ok && xsa_history_copy(d, &c[d].history, &c[d].n_history);
+        ok = copy_device(d, p, &c[d]);
         xsa_api_unlock(d);
     }
     if (!ok) {
@@ -228,3 +234,35 @@ xsa_status xsa_dump_snapshot(const char *path) {
 }
 
 void xsa_free_buffer(void *buffer) { free(buffer); }
+
+xsa_status xsa_device_snapshot_take(int device, xsa_device_snapshot *out) {
+    if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_device_snapshot_take: out is NULL");
+    *out = (xsa_device_snapshot){0};
+    xsa_pool *p = NULL;
+    xsa_status st = xsa_api_lock("xsa_device_snapshot_take", device, false, &p);
+    if (st != XSA_SUCCESS) return st;
+    device_copy c = {0};
+    bool ok = copy_device(device, p, &c);
+    xsa_api_unlock(device);
+    if (!ok) {
+        xsa_pool_snapshot_free(&c.pool);
+        free(c.history);
+        return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_device_snapshot_take: out of host memory");
+    }
+    /* The reservations are the JSON snapshot's alone. */
+    *out = (xsa_device_snapshot){
+        .segments = c.pool.segments, .n_segments = c.pool.n_segments,
+        .blocks = c.pool.blocks, .n_blocks = c.pool.n_blocks,
+        .history = c.history, .n_history = c.n_history,
+    };
+    free(c.pool.reservations);
+    return xsa_ok();
+}
+
+void xsa_device_snapshot_free(xsa_device_snapshot *snap) {
+    if (!snap) return;
+    free(snap->segments);
+    free(snap->blocks);
+    free(snap->history);
+    *snap = (xsa_device_snapshot){0};
+}

@@ -199,6 +199,9 @@ XSA_API xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa
  * the next end or xsa_empty_cache. XSA_ERROR_INVALID_VALUE if there is no
  * routing to the pool. */
 XSA_API xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id);
+/* *uses: the use count of pool `id` (PyTorch's getPoolUseCount), 0 if the
+ * pool does not exist or is released. */
+XSA_API xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses);
 
 /* ---- Several GPUs: peer access ----
  *
@@ -381,6 +384,92 @@ typedef struct xsa_memory_hooks {
  * At most XSA_MAX_HOOKS sets; xsa_shutdown unregisters them all. */
 XSA_API xsa_status xsa_register_hooks(const xsa_memory_hooks *hooks, void *user, int *id);
 XSA_API xsa_status xsa_unregister_hooks(int id);
+
+/* ---- For framework adapters (python/xsalloc/torch_adapter.cpp) ----
+ * The recorded events and one device's segments as structs, so that an
+ * adapter can build a framework's own snapshot and trace types. */
+
+typedef enum xsa_action {
+    XSA_ACT_ALLOC,
+    XSA_ACT_FREE_REQUESTED,
+    XSA_ACT_FREE_COMPLETED,
+    XSA_ACT_SEGMENT_ALLOC,
+    XSA_ACT_SEGMENT_FREE,
+    XSA_ACT_SEGMENT_MAP,
+    XSA_ACT_SEGMENT_UNMAP,
+    XSA_ACT_OOM,
+    XSA_ACT_RECORD_STREAM, /* xsalloc's own: not a PyTorch action */
+} xsa_action;
+
+typedef struct xsa_history_entry {
+    xsa_action action;
+    uintptr_t addr;   /* oom: the device's free bytes */
+    size_t size;      /* alloc, free_*, record_stream: requested bytes */
+    void *stream;
+    uint64_t time_ns; /* CLOCK_MONOTONIC */
+    uint64_t tag;     /* the recording thread's xsa_set_trace_tag at the event */
+} xsa_history_entry;
+
+/* Sets the calling thread's trace tag (0 at first): every event recorded on
+ * this thread carries it until it changes. An adapter tags its calls to
+ * find each event's context (a framework's stack) again. */
+XSA_API void xsa_set_trace_tag(uint64_t tag);
+
+/* Called with every event as it happens, recorded or not (PyTorch's
+ * allocator trace tracker), on the calling thread with the device's lock
+ * held: it must not call xsalloc. fn NULL removes it. */
+typedef void (*xsa_trace_fn)(int device, const xsa_history_entry *entry, void *user);
+XSA_API xsa_status xsa_set_trace_callback(xsa_trace_fn fn, void *user);
+
+typedef enum xsa_snap_state { XSA_SNAP_ALLOCATED, XSA_SNAP_PENDING_FREE, XSA_SNAP_INACTIVE } xsa_snap_state;
+
+typedef struct xsa_snap_block {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;        /* 0 unless allocated or pending free */
+    xsa_snap_state state;
+} xsa_snap_block;
+
+/* A segment as PyTorch reports it: a cuMemAlloc'd segment, or one mapped
+ * run of an expandable segment. */
+typedef struct xsa_snap_segment {
+    uintptr_t addr;
+    size_t total_size, allocated_size, active_size, requested_size;
+    void *stream;
+    xsa_mempool_id pool_id;  /* its memory pool; {0, 0}: the device's own cache */
+    bool large;
+    bool expandable;
+    uintptr_t reservation;   /* base of the expandable range holding it; addr if classic */
+    size_t first_block, n_blocks; /* its blocks in the snapshot's blocks */
+} xsa_snap_segment;
+
+/* One device's segments in address order, each with its blocks in address
+ * order, and its recorded events, oldest first (none unless recording was
+ * on). Free with xsa_device_snapshot_free. */
+typedef struct xsa_device_snapshot {
+    xsa_snap_segment *segments;
+    size_t n_segments;
+    xsa_snap_block *blocks;
+    size_t n_blocks;
+    xsa_history_entry *history;
+    size_t n_history;
+} xsa_device_snapshot;
+
+XSA_API xsa_status xsa_device_snapshot_take(int device, xsa_device_snapshot *out);
+
+/* The settings in use (initialises if needed), with PyTorch's meanings:
+ * where they came from (source: "XSALLOC_CONF", "PYTORCH_ALLOC_CONF",
+ * "PYTORCH_CUDA_ALLOC_CONF", "xsa_init", or NULL when all are defaults) and
+ * the string; strings stay valid until xsa_shutdown. */
+typedef struct xsa_settings {
+    const char *source, *text;
+    bool expandable_segments, page_recycling;
+    size_t max_split_size;               /* SIZE_MAX: no limit */
+    double garbage_collection_threshold; /* 0: off */
+    size_t roundup_power2_divisions[16];
+} xsa_settings;
+XSA_API xsa_status xsa_get_settings(xsa_settings *out);
+XSA_API void xsa_device_snapshot_free(xsa_device_snapshot *snap);
 
 
 #ifdef __cplusplus

@@ -11,11 +11,12 @@
  *
  * Design: one warm-up run fills the cache, then the median of 7 timed runs.
  * The slots pattern's sizes and slot choices come from a fixed-seed
- * xorshift and are drawn before timing, so only xsalloc calls are timed and
- * every run (and every allocator compared) sees the same sequence. Sizes
- * are log-uniform per binary octave (octave uniform in 2^9..2^25, then
- * uniform within it). --entry torch times the entry points PyTorch's
- * pluggable allocator calls (xsa_torch_malloc/free) instead of the C API.
+ * xorshift (benchmarks/timing.h) and are drawn before timing, so only
+ * xsalloc calls are timed and every run (and every allocator compared)
+ * sees the same sequence. Sizes are log-uniform per binary octave (octave
+ * uniform in 2^9..2^25, then uniform within it). --entry torch times the
+ * entry points PyTorch's pluggable allocator calls (xsa_torch_malloc/free)
+ * instead of the C API.
  * Prints a table, then one JSON line last on stdout ({"driver", "conf",
  * "entry", "ops", "pair_ns", "slots_ns", "pair_misses", "slots_misses",
  * "core_ghz"}) for scripts. A miss is a timed call that
@@ -113,31 +114,20 @@ static double run_slots(bench *b) { return b->torch ? slots_via(true, b) : slots
 /* GHz from 2*10^7 dependent additions. */
 static double core_ghz(void) { return xsa_bench_core_ghz(20000000); }
 
-static uint64_t xorshift(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static uint32_t draw_size(uint64_t *rng) {
-    unsigned e = 9 + (unsigned)(xorshift(rng) % 17);
-    return (uint32_t)((1u << e) + xorshift(rng) % (1u << e));
-}
-
 /* Draws the slots sequence and fills the slots with their first blocks. */
 static void setup_slots(bench *b) {
-    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    uint64_t rng = XSA_BENCH_SEED;
     b->seq = malloc((size_t)b->ops * sizeof *b->seq);
     if (!b->seq) {
         fprintf(stderr, "hotpath: out of memory\n");
         exit(1);
     }
     for (long i = 0; i < b->ops; i++) {
-        b->seq[i].slot = (uint32_t)(xorshift(&rng) % SLOTS);
-        b->seq[i].size = draw_size(&rng);
+        b->seq[i].slot = (uint32_t)(xsa_bench_xorshift(&rng) % SLOTS);
+        b->seq[i].size = xsa_bench_draw_size(&rng);
     }
-    for (int i = 0; i < SLOTS; i++) check("xsa_malloc", xsa_malloc(&b->slot[i], draw_size(&rng), 0, NULL));
+    for (int i = 0; i < SLOTS; i++)
+        check("xsa_malloc", xsa_malloc(&b->slot[i], xsa_bench_draw_size(&rng), 0, NULL));
 }
 
 /* Device allocations and recycled pages so far. */

@@ -1,7 +1,8 @@
 /*
- * benchmarks/timing: the clock and the run statistics the benchmark
- * programs share (header only: each is one binary with no other shared
- * code).
+ * benchmarks/timing: the clock, the run statistics and the hot path's
+ * random draws that the benchmark programs share (header only: each is one
+ * binary with no other shared code; C and C++, for the torch extensions of
+ * benchmarks/gpu/).
  */
 #ifndef XSA_BENCHMARKS_TIMING_H
 #define XSA_BENCHMARKS_TIMING_H
@@ -40,6 +41,23 @@ static inline double xsa_bench_core_ghz(long n) {
     (void)n;
     return 0;
 #endif
+}
+
+/* The hot path's fixed-seed sequence (benchmarks/hotpath.c): xorshift64
+ * from XSA_BENCH_SEED, and sizes log-uniform per binary octave (octave
+ * uniform in 2^9..2^25, then uniform within it). */
+#define XSA_BENCH_SEED 0x9E3779B97F4A7C15ull
+
+static inline uint64_t xsa_bench_xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static inline uint32_t xsa_bench_draw_size(uint64_t *rng) {
+    unsigned e = 9 + (unsigned)(xsa_bench_xorshift(rng) % 17);
+    return (uint32_t)((1u << e) + xsa_bench_xorshift(rng) % (1u << e));
 }
 
 #endif

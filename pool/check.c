@@ -1,7 +1,7 @@
 /*
  * pool/check: the pool's invariant checker. Recounts everything from the
  * blocks and compares with the free sets, the pointer map, the segments'
- * pages, the event queues, the IPC export list, the memory pools (their
+ * pages (and their chunks' sizes), the event queues, the IPC export list, the memory pools (their
  * free sets, counts, routings and the capture's deferred frees) and the
  * stats. Slow (linear, times the memory pools), for tests.
  */
@@ -91,6 +91,17 @@ static int check_pages(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     return 1;
 }
 
+/* No chunk is larger than the pool creates (expandable_handle_mb; one page
+ * with IPC): recycling only moves the pool's own chunks. */
+static int check_chunk_sizes(const xsa_pool *p, const xsa_seg *s, char *err, size_t n) {
+    size_t cap = xsa_recycle_max_chunk_pages(p);
+    for (size_t pg = 0; pg < s->vm.max_pages; pg++)
+        if (s->vm.chunk_pages[pg] > cap)
+            return xsa_check_fail(err, n, "segment %#lx: chunk at page %zu has %u pages, more than the %zu of a handle",
+                                  (unsigned long)s->base, pg, s->vm.chunk_pages[pg], cap);
+    return 1;
+}
+
 /* Every peer of the pool is on the segment's access list. */
 static int check_access(const xsa_pool *p, const xsa_seg *s, char *err, size_t n) {
     for (int i = 0; i < p->n_peers; i++) {
@@ -120,7 +131,8 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     if (at != s->base + s->size) return xsa_check_fail(err, n, "segment %#lx: blocks cover %zu of %zu bytes", (unsigned long)s->base, (size_t)(at - s->base), s->size);
     size_t bytes = s->size;
     if (s->expandable) {
-        if (!xsa_segment_check(&s->vm, err, n) || !check_access(p, s, err, n)) return 0;
+        if (!xsa_segment_check(&s->vm, err, n) || !check_access(p, s, err, n) || !check_chunk_sizes(p, s, err, n))
+            return 0;
         if (c->draining_pages != s->draining_pages)
             return xsa_check_fail(err, n, "segment %#lx: %zu draining pages counted, %zu in blocks", (unsigned long)s->base,
                                   s->draining_pages, c->draining_pages);

@@ -5,9 +5,11 @@
  * as large as the device, tiled by blocks. Unmapped ranges are blocks too
  * (pool/pages); a miss maps just the pages needed at the start of an
  * unmapped block, merged with the free block before it, taking pages from
- * page recycling when the headroom rule says so. The unmapped block is
- * chosen to leave the fewest free bytes in partial pages (they can be
- * neither recycled nor released), then by best fit.
+ * page recycling when the headroom rule says so, and creating the rest as
+ * handles of the size recycle.c's rule gives (several pages each once
+ * enough memory is in use). The unmapped block is chosen to leave the
+ * fewest free bytes in partial pages (they can be neither recycled nor
+ * released), then by best fit.
  */
 #include "pool/pool_internal.h"
 
@@ -28,9 +30,6 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_mempool *mp, xsa_pool_kin
     xsa_cu_result r = xsa_segment_init(&s->vm, p->drv, p->device, p->device_total);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAddressReserve", r, err, errlen);
     s->vm.exportable = p->ipc;
-    /* IPC exports a block's pages one handle each: chunks of one page. */
-    size_t handle_pages = p->opt.handle_size / p->page_size;
-    s->vm.new_chunk_pages = p->ipc || handle_pages < 1 ? 1 : handle_pages;
     /* Cannot fail: nothing is mapped yet, and the pool keeps fewer peers
      * than a segment's access list holds. */
     for (int i = 0; i < p->n_peers; i++) xsa_segment_add_access(&s->vm, p->peers[i]);
@@ -99,11 +98,12 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     if (bytes > u->size) bytes = u->size; /* the free block after u makes up the rest */
     size_t pages = bytes / p->page_size;
     /* Recycled chunks are mapped elsewhere in this pool: no new memory. The
-     * rest are new chunks. */
+     * rest are new chunks. Recycling may take more than it is asked for,
+     * never more than the growth maps. */
     size_t moved = 0, n_moved = 0, wanted = xsa_recycle_pages_wanted(p, size, pages);
-    xsa_chunk *chunks = wanted ? malloc(wanted * sizeof *chunks) : NULL;
+    xsa_chunk *chunks = wanted ? malloc(pages * sizeof *chunks) : NULL;
     const xsa_drain *mark = p->drains;
-    if (chunks) moved = xsa_recycle_take(p, s, before, u->next, wanted, chunks, &n_moved);
+    if (chunks) moved = xsa_recycle_take(p, s, before, u->next, wanted, pages, chunks, &n_moved);
     if (p->reserved + (pages - moved) * p->page_size > p->allowed_max) {
         xsa_recycle_undo(p, mark);
         free(chunks);
@@ -112,7 +112,9 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     /* Take the block record before mapping, so nothing can fail after. */
     xsa_block *m = bytes < u->size ? xsa_pool_carve_front(p, u, bytes) : u;
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
-    if (m) r = xsa_segment_map_chunks(&s->vm, (m->ptr - s->base) / p->page_size, pages, chunks, n_moved);
+    if (m)
+        r = xsa_segment_map_chunks(&s->vm, (m->ptr - s->base) / p->page_size, pages, chunks, n_moved,
+                                   xsa_recycle_new_chunk_pages(p, size));
     free(chunks);
     if (r != XSA_CU_SUCCESS) {
         xsa_recycle_undo(p, mark);

@@ -12,4 +12,5 @@ void xsa_pool_options_default(xsa_pool_options *o) {
     o->max_non_split_rounding = 20u << 20;
     o->garbage_collection_threshold = 0.0;
     o->memory_fraction = 1.0;
+    o->handle_size = 20u << 20;
 }

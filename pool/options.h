@@ -28,8 +28,10 @@ typedef struct xsa_pool_options {
     double memory_fraction;        /* per_process_memory_fraction; 1.0 = whole device */
     bool peer_access;              /* grant every peer that can access the device (default false) */
     bool ipc_handles;              /* exportable pages for IPC (default false) */
-    /* Most bytes of one physical handle a growth creates (expandable_handle_mb;
-     * 0 = one page, the default): fewer driver calls, coarser recycling. */
+    /* Most bytes of one physical handle a growth creates (expandable_handle_mb,
+     * default 20 MiB; below a page: one page): fewer driver calls, coarser
+     * recycling. With page recycling, a handle is also at most 1/8 of the
+     * headroom (pool/recycle.c). */
     size_t handle_size;
 } xsa_pool_options;
 

@@ -132,26 +132,7 @@ void xsa_pool_set_observer(xsa_pool *p, xsa_observer_fn fn, void *ctx);
 /* Snapshot: the segments as PyTorch reports them (a cuMemAlloc'd segment, or
  * one mapped run of an expandable segment), in address order, each with its
  * blocks in address order; and the reservation of each expandable segment. */
-typedef enum { XSA_SNAP_ALLOCATED, XSA_SNAP_PENDING_FREE, XSA_SNAP_INACTIVE } xsa_snap_state;
-
-typedef struct xsa_snap_block {
-    uintptr_t addr;
-    size_t size;
-    size_t requested;        /* 0 unless allocated or pending free */
-    xsa_snap_state state;
-} xsa_snap_block;
-
-typedef struct xsa_snap_segment {
-    uintptr_t addr;
-    size_t total_size, allocated_size, active_size, requested_size;
-    xsa_stream stream;
-    xsa_mempool_id pool_id;  /* its memory pool; {0, 0}: the global one */
-    bool large;
-    bool expandable;
-    uintptr_t reservation;   /* base of the expandable range holding it; addr if classic */
-    size_t first_block, n_blocks; /* its blocks in xsa_pool_snapshot.blocks */
-} xsa_snap_segment;
-
+/* xsa_snap_block and xsa_snap_segment are public (api/xsalloc.h). */
 typedef struct xsa_snap_reservation {
     uintptr_t addr;
     size_t size, mapped;

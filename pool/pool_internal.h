@@ -277,13 +277,21 @@ int64_t xsa_pool_allocated_high(const xsa_pool *p);
 /* recycle.c: how many of the `pages` new pages a growth for a request of
  * `size` bytes should take from recycling (the page_recycling_headroom rule). */
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages);
-/* Moves up to `pages` pages of whole free chunks of the pool's expandable
- * segments (never from `keep1`/`keep2`, the free blocks around the growth
- * point) to segment `target`: the chunks go to chunks[0..*n_chunks) (room
- * for `pages`) for target to map, their old addresses drain. Returns how
- * many pages. */
+/* A new chunk holds at most 1/XSA_HEADROOM_PER_CHUNK of the headroom. */
+#define XSA_HEADROOM_PER_CHUNK 8.0
+/* The most pages of any chunk the pool creates (expandable_handle_mb; 1
+ * with IPC), and the pages of each new chunk of a growth for a request of
+ * `size` bytes (the handle-size rule, design in recycle.c). */
+size_t xsa_recycle_max_chunk_pages(const xsa_pool *p);
+size_t xsa_recycle_new_chunk_pages(const xsa_pool *p, size_t size);
+/* Moves whole free chunks of the pool's expandable segments (never from
+ * `keep1`/`keep2`, the free blocks around the growth point) to segment
+ * `target` while fewer than `pages` pages are taken, and at most `limit`
+ * pages (a chunk that would pass it is left): the chunks go to
+ * chunks[0..*n_chunks) (room for `limit`) for target to map, their old
+ * addresses drain. Returns how many pages. */
 size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, xsa_chunk *chunks, size_t *n_chunks);
+                        size_t pages, size_t limit, xsa_chunk *chunks, size_t *n_chunks);
 /* Undoes the takes since the drain list's head was `mark` (the growth that
  * took them failed): the pages are free blocks of their segments again. */
 void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);

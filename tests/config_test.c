@@ -149,7 +149,7 @@ static void test_page_recycling(void **state) {
     EXPECT_ERR("page_recycling_headroom:-0.1", "'page_recycling_headroom'", "'-0.1'", "from 0 to 1");
     EXPECT_ERR("page_recycling_headroom:1.5", "'page_recycling_headroom'", "'1.5'", "from 0 to 1");
     EXPECT_ERR("page_recycling_headroom:lots", "'page_recycling_headroom'", "'lots'", "from 0 to 1");
-    assert_int_equal(c.pool.handle_size, 0); /* the default: one page a handle */
+    assert_int_equal(c.pool.handle_size, 20u << 20); /* the default: at most PyTorch's 20 MiB */
     assert_int_equal(parse_ok("expandable_handle_mb:20").pool.handle_size, 20u << 20);
     assert_int_equal(parse_ok("expandable_handle_mb:2").pool.handle_size, 2u << 20);
     EXPECT_ERR("expandable_handle_mb:3", "'expandable_handle_mb'", "'3'", "even number of MiB");

@@ -3,7 +3,9 @@
  * limits), the trace ring (events and their fields, overflow keeping the
  * newest, stop and restart) and the trace recorder (exact file, skipped
  * events of allocations older than the ring, and a replay of the written
- * file through the benchmarks' replay), on the simulated driver.
+ * file through the benchmarks' replay), the adapters' calls (trace tags,
+ * the trace callback, one device's snapshot as structs, settings), on the
+ * simulated driver.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -342,6 +344,119 @@ static void test_recorder_leaves_out_allocations_older_than_the_ring(void **stat
     assert_string_equal(body(read_text(path)), "a 0 200 0\nf 0\n");
 }
 
+/* ---- what framework adapters read ---- */
+
+typedef struct seen {
+    int n;
+    xsa_history_entry last;
+    int device;
+} seen;
+
+static void on_trace(int device, const xsa_history_entry *e, void *user) {
+    seen *s = user;
+    s->n++;
+    s->last = *e;
+    s->device = device;
+}
+
+static void test_tags_mark_a_threads_events(void **state) {
+    (void)state;
+    OK(xsa_init("expandable_segments:True"));
+    OK(xsa_record_history(1, 100));
+    void *p = NULL, *q = NULL;
+    xsa_set_trace_tag(41);
+    OK(xsa_malloc(&p, 3 * MiB, 0, S1)); /* segment_map + alloc, tagged 41 */
+    xsa_set_trace_tag(0);
+    OK(xsa_malloc(&q, 1 * MiB, 0, S1)); /* the small pool's segment_map + alloc, untagged */
+    xsa_set_trace_tag(42);
+    OK(xsa_free(p));
+    xsa_set_trace_tag(0);
+    size_t n = 0;
+    xsa_history_entry *h = history(&n);
+    assert_int_equal(n, 6);
+    static const uint64_t want[] = {41, 41, 0, 0, 42, 42};
+    for (size_t i = 0; i < n; i++) assert_int_equal(h[i].tag, want[i]);
+    free(h);
+    OK(xsa_free(q));
+}
+
+static void test_trace_callback_sees_events_unrecorded(void **state) {
+    (void)state;
+    OK(xsa_init("expandable_segments:True"));
+    seen s = {0};
+    OK(xsa_set_trace_callback(on_trace, &s));
+    void *p = NULL;
+    xsa_set_trace_tag(7);
+    OK(xsa_malloc(&p, 1 * MiB, 0, S1));
+    xsa_set_trace_tag(0);
+    assert_int_equal(s.n, 2); /* segment_map, alloc */
+    assert_int_equal(s.last.action, XSA_ACT_ALLOC);
+    assert_int_equal(s.last.addr, (uintptr_t)p);
+    assert_int_equal(s.last.size, 1 * MiB);
+    assert_int_equal(s.last.tag, 7);
+    assert_int_equal(s.device, 0);
+    size_t n = 0;
+    free(history(&n));
+    assert_int_equal(n, 0); /* recording is off: the ring holds nothing */
+    OK(xsa_set_trace_callback(NULL, NULL));
+    OK(xsa_free(p));
+    assert_int_equal(s.n, 2); /* removed */
+}
+
+static void test_device_snapshot_structs(void **state) {
+    (void)state;
+    OK(xsa_init("expandable_segments:True"));
+    xsa_device_snapshot snap;
+    OK(xsa_device_snapshot_take(0, &snap)); /* before any allocation: empty */
+    assert_int_equal(snap.n_segments + snap.n_blocks + snap.n_history, 0);
+    xsa_device_snapshot_free(&snap);
+    OK(xsa_record_history(1, 10));
+    void *p = NULL, *q = NULL;
+    OK(xsa_malloc(&p, 3 * MiB, 0, S1));
+    OK(xsa_malloc(&q, 100, 0, S1)); /* the small pool's own segment */
+    OK(xsa_mempool_create(0, (xsa_mempool_id){0, 9}));
+    int uses = 0;
+    OK(xsa_mempool_use_count(0, (xsa_mempool_id){0, 9}, &uses));
+    assert_int_equal(uses, 1);
+    OK(xsa_mempool_use_count(0, (xsa_mempool_id){0, 8}, &uses));
+    assert_int_equal(uses, 0);
+    OK(xsa_device_snapshot_take(0, &snap));
+    assert_int_equal(snap.n_segments, 2);
+    size_t allocated = 0;
+    for (size_t i = 0; i < snap.n_segments; i++) {
+        const xsa_snap_segment *g = &snap.segments[i];
+        assert_true(g->expandable);
+        assert_true(g->first_block + g->n_blocks <= snap.n_blocks);
+        for (size_t b = 0; b < g->n_blocks; b++)
+            if (snap.blocks[g->first_block + b].state == XSA_SNAP_ALLOCATED) {
+                uintptr_t a = snap.blocks[g->first_block + b].addr;
+                assert_true(a == (uintptr_t)p || a == (uintptr_t)q);
+                allocated++;
+            }
+    }
+    assert_int_equal(allocated, 2);
+    assert_int_equal(snap.n_history, 4); /* two maps, two allocs */
+    xsa_device_snapshot_free(&snap);
+    assert_null(snap.segments);
+    assert_int_equal(xsa_device_snapshot_take(0, NULL), XSA_ERROR_INVALID_VALUE);
+    OK(xsa_mempool_release(0, (xsa_mempool_id){0, 9}));
+    OK(xsa_free(p));
+    OK(xsa_free(q));
+}
+
+static void test_settings_say_where_they_came_from(void **state) {
+    (void)state;
+    OK(xsa_init("max_split_size_mb:64,page_recycling:False"));
+    xsa_settings s;
+    OK(xsa_get_settings(&s));
+    assert_string_equal(s.source, "xsa_init");
+    assert_string_equal(s.text, "max_split_size_mb:64,page_recycling:False");
+    assert_true(s.expandable_segments);
+    assert_false(s.page_recycling);
+    assert_int_equal(s.max_split_size, 64 * MiB);
+    assert_int_equal(xsa_get_settings(NULL), XSA_ERROR_INVALID_VALUE);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hooks_order_counts_and_arguments, setup, teardown),
@@ -350,6 +465,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_ring_overflow_keeps_the_newest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recorder_writes_a_replayable_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recorder_leaves_out_allocations_older_than_the_ring, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tags_mark_a_threads_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace_callback_sees_events_unrecorded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_snapshot_structs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_say_where_they_came_from, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,11 @@ lib="$site/xsalloc/libxsalloc.so"
 [ -f "$lib" ] || fail "no $lib"
 ! ldd "$lib" | grep -q libcuda || fail "$lib links libcuda: $(ldd "$lib")"
 
+# What xsalloc.torch compiles the torch adapter from.
+for f in torch_adapter.cpp include/api/xsalloc.h include/api/pytorch.h; do
+    [ -f "$site/xsalloc/$f" ] || fail "the installed package has no $f (the torch adapter's source)"
+done
+
 out=$("$tmp/venv/bin/python" -c 'import xsalloc; print(xsalloc.memory_summary(0))')
 echo "$out"
 grep -qF "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |" <<<"$out" || fail "no summary table"

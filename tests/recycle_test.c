@@ -402,37 +402,89 @@ static void test_growth_fills_partial_pages_first(void **state) {
     teardown(p);
 }
 
-static void six_mib_handles(xsa_pool_options *o) {
+/* Headroom 0.25: a new handle holds at most high / 32 (1/8 of the
+ * headroom), so these tests see several-page handles at a few hundred MiB. */
+static void quarter_headroom(xsa_pool_options *o) {
     o->page_recycling = true;
-    o->page_recycling_headroom = 0.0;
+    o->page_recycling_headroom = 0.25;
+}
+
+static void quarter_headroom_six_mib(xsa_pool_options *o) {
+    quarter_headroom(o);
     o->handle_size = 6 * MiB;
 }
 
-/* With expandable_handle_mb:6 a growth creates 3-page handles: they move
- * and are released whole, never a part of one. */
-static void test_larger_handles_move_and_go_whole(void **state) {
+/* cuMemCreate calls of one allocation; its cuMemMap calls (one a handle,
+ * new or moved) in last_maps. */
+static uint64_t last_maps;
+static uint64_t creates_of(xsa_pool *p, size_t size, void *stream, void **out) {
+    uint64_t c0 = calls(XSA_DRV_mem_create), m0 = calls(XSA_DRV_mem_map);
+    *out = alloc(p, size, stream);
+    last_maps = calls(XSA_DRV_mem_map) - m0;
+    return calls(XSA_DRV_mem_create) - c0;
+}
+
+/* A growth's new handles hold at most 1/8 of the headroom (the highest
+ * allocated bytes x page_recycling_headroom, the request included), at
+ * least a page, at most expandable_handle_mb; a partly free handle stays
+ * mapped whole at empty_cache. */
+static void test_new_handles_follow_the_headroom(void **state) {
     (void)state;
-    xsa_pool *p = make_pool(1 * GiB, true, six_mib_handles);
-    void *a = alloc(p, 6 * MiB, S0); /* one handle */
-    void *keep = alloc(p, 2 * MiB, S0);
-    release(p, a);
-    void *x = alloc(p, 2 * MiB, S1); /* wants 1 page: a's 3-page handle is too big */
+    xsa_pool *p = make_pool(2 * GiB, true, quarter_headroom);
+    void *a, *b, *c, *d, *e;
+    assert_int_equal(creates_of(p, 1000, S0, &e), 1);          /* small pool: one page */
+    assert_int_equal(creates_of(p, 60 * MiB, S0, &a), 30);     /* high 60 MiB: 1-page handles */
+    assert_int_equal(creates_of(p, 200 * MiB, S0, &b), 25);    /* high 260 MiB: 4 pages (8 MiB) each */
+    assert_int_equal(creates_of(p, 800 * MiB, S0, &c), 40);    /* high 1060 MiB: 16, capped at 10 (20 MiB) */
+    assert_int_equal(last_maps, 40);
     assert_int_equal(stats(p).num_pages_recycled, 0);
-    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 10 * MiB);
-    void *y = alloc(p, 6 * MiB, S1); /* wants 3: a's handle moves whole */
-    assert_int_equal(stats(p).num_pages_recycled, 3);
-    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 10 * MiB);
-    release(p, y);
-    /* A free block holding only part of a handle keeps it mapped. */
-    void *z = alloc(p, 2 * MiB, S1); /* the front of y's old range: its handle is partly free */
-    release(p, x);
+    release(p, b);
+    d = alloc(p, 2 * MiB, S0); /* the front of b's range: one page of its first handle */
     assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
-    xsa_device_stats s = stats(p);
-    assert_int_equal(s.reserved_bytes[XSA_STAT_ALL].current, 2 * MiB + 6 * MiB); /* keep's page, z's handle */
-    release(p, z);
-    release(p, keep);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_LARGE_POOL].current, (60 + 8 + 800) * MiB);
+    release(p, a);
+    release(p, c);
+    release(p, d);
+    release(p, e);
     assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 0);
+    teardown(p);
+    /* expandable_handle_mb caps the handles: 6 MiB, 3 pages. */
+    p = make_pool(2 * GiB, true, quarter_headroom_six_mib);
+    assert_int_equal(creates_of(p, 800 * MiB, S0, &c), 134); /* 133 of 3 pages, 1 of 1 */
+    release(p, c);
+    teardown(p);
+}
+
+/* Recycling moves whole handles: a growth takes a free handle larger than
+ * the part of it beyond the headroom when the handle fits in the growth
+ * (those pages would be created otherwise), never one larger than the
+ * growth. */
+static void test_larger_handles_move_whole_within_the_growth(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(2 * GiB, true, quarter_headroom_six_mib);
+    void *l, *y, *z;
+    /* 100 pages at high 200 MiB: 33 handles of 3 pages, then one of 1. */
+    assert_int_equal(creates_of(p, 200 * MiB, S0, &l), 34);
+    release(p, l);
+    /* 28 pages on S1, 25 within the headroom (250 - 200 MiB): 3 wanted.
+     * From the top of l's range: its 1-page handle, then a 3-page one (4
+     * pages, more than wanted); 24 new pages in 8 handles. */
+    assert_int_equal(creates_of(p, 56 * MiB, S1, &y), 8);
+    assert_int_equal(last_maps, 8 + 2); /* and the two handles moved */
+    assert_int_equal(stats(p).num_pages_recycled, 4);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 248 * MiB);
+    /* 2 pages on another stream, 1 wanted: l's 3-page handles are larger
+     * than the growth, so it creates both pages (one 2-page handle). */
+    assert_int_equal(creates_of(p, 4 * MiB, (void *)0x1002, &z), 1);
+    assert_int_equal(last_maps, 1);
+    assert_int_equal(stats(p).num_pages_recycled, 4);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 252 * MiB);
+    release(p, y);
+    release(p, z);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
     assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 0);
     teardown(p);
 }
@@ -461,7 +513,8 @@ int main(void) {
         cmocka_unit_test(test_refused_unmap_of_old_address_is_retried),
         cmocka_unit_test(test_destroy_while_draining),
         cmocka_unit_test(test_moves_under_queued_kernels_are_safe),
-        cmocka_unit_test(test_larger_handles_move_and_go_whole),
+        cmocka_unit_test(test_new_handles_follow_the_headroom),
+        cmocka_unit_test(test_larger_handles_move_whole_within_the_growth),
         cmocka_unit_test(test_handed_over_pages_wait_for_the_other_streams_use),
         cmocka_unit_test(test_growth_fills_partial_pages_first),
     };

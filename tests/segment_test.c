@@ -188,7 +188,7 @@ static void test_handles_move_between_segments(void **state) {
     xsa_segment_destroy(&b);
 }
 
-/* Chunks: a growth's new pages come as handles of up to new_chunk_pages
+/* Chunks: a growth's new pages come as handles of the pages asked for,
  * pages, one cuMemCreate and one cuMemMap each; only whole chunks unmap
  * (each handle released once) or move to another segment. */
 static void test_chunks_map_unmap_and_move_whole(void **state) {
@@ -197,10 +197,9 @@ static void test_chunks_map_unmap_and_move_whole(void **state) {
     xsa_segment a, b;
     init_segment(&a, 16);
     init_segment(&b, 16);
-    a.new_chunk_pages = 3;
     uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
     xsa_driver_read_calls(&wrapped, before, NULL);
-    assert_int_equal(xsa_segment_map_chunks(&a, 2, 7, NULL, 0), XSA_CU_SUCCESS); /* chunks of 3, 3, 1 */
+    assert_int_equal(xsa_segment_map_chunks(&a, 2, 7, NULL, 0, 3), XSA_CU_SUCCESS); /* chunks of 3, 3, 1 */
     xsa_driver_read_calls(&wrapped, after, NULL);
     CHECK(&a);
     assert_int_equal(after[XSA_DRV_mem_create] - before[XSA_DRV_mem_create], 3);
@@ -222,8 +221,7 @@ static void test_chunks_map_unmap_and_move_whole(void **state) {
     /* A chunk moves whole: mapped in b while still mapped in a, then a's
      * old mapping goes without releasing the handle. */
     xsa_chunk moved = {a.handles[5], a.chunk_pages[5]};
-    b.new_chunk_pages = 2;
-    assert_int_equal(xsa_segment_map_chunks(&b, 0, 5, &moved, 1), XSA_CU_SUCCESS); /* 3 moved, then 2 new */
+    assert_int_equal(xsa_segment_map_chunks(&b, 0, 5, &moved, 1, 2), XSA_CU_SUCCESS); /* 3 moved, then 2 new */
     CHECK(&b);
     assert_true(b.handles[0] == moved.handle && b.chunk_pages[0] == 3 && b.chunk_pages[3] == 2);
     assert_int_equal(xsa_segment_unmap_moved(&a, 5, 3), XSA_CU_SUCCESS);

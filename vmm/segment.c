@@ -35,7 +35,6 @@ xsa_cu_result xsa_segment_init(xsa_segment *s, xsa_driver *drv, int device, size
     s->max_pages = pages;
     s->handles = handles;
     s->chunk_pages = chunk_pages;
-    s->new_chunk_pages = 1;
     s->access[0] = device;
     s->n_access = 1;
     return XSA_CU_SUCCESS;
@@ -142,11 +141,11 @@ xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_
 }
 
 xsa_cu_result xsa_segment_map_chunks(xsa_segment *s, size_t first, size_t n, const xsa_chunk *given,
-                                     size_t n_given) {
+                                     size_t n_given, size_t new_pages) {
     size_t moved = 0;
     for (size_t i = 0; i < n_given; i++) moved += given[i].pages;
     if (moved > n) return XSA_CU_ERROR_INVALID_VALUE;
-    size_t fresh = n - moved, per = s->new_chunk_pages ? s->new_chunk_pages : 1;
+    size_t fresh = n - moved, per = new_pages ? new_pages : 1;
     size_t count = n_given + (fresh + per - 1) / per;
     xsa_chunk *specs = malloc((count ? count : 1) * sizeof *specs);
     if (!specs) return XSA_CU_ERROR_OUT_OF_MEMORY;

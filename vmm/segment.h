@@ -7,9 +7,10 @@
  * are backed by chunks: one physical handle (cuMemCreate) of one or more
  * granules, mapped with one cuMemMap, since the driver maps and unmaps
  * whole handles only. Every call costs tens to hundreds of microseconds
- * while the GPU is busy, so a growth creates its new pages as few chunks
- * (new_chunk_pages at most each), while one-page chunks keep every page
- * free to move on its own. Access is granted once per contiguous run of
+ * while the GPU is busy, so a growth may create its new pages as few
+ * chunks (the caller says how many pages at most each: the pool's rule is
+ * in pool/recycle.c), while one-page chunks keep every page free to move
+ * on its own. Access is granted once per contiguous run of
  * newly mapped pages, and a run of whole chunks is unmapped with one
  * cuMemUnmap. A map or unmap that fails part-way undoes what it did and
  * leaves the segment as it was. Handles can also be passed in and taken
@@ -52,7 +53,6 @@ typedef struct xsa_segment {
     size_t mapped_pages;     /* pages with a handle */
     xsa_mem_handle *handles; /* [max_pages]; XSA_NO_HANDLE where unmapped */
     uint32_t *chunk_pages;   /* [max_pages]: pages of the chunk starting there; 0 elsewhere */
-    size_t new_chunk_pages;  /* most pages of a chunk that map_chunks creates (default 1) */
     int access[XSA_SEGMENT_MAX_ACCESS]; /* devices granted read/write; access[0] == device */
     int n_access;
     bool exportable;         /* new pages are created exportable (set after init) */
@@ -81,9 +81,10 @@ xsa_cu_result xsa_segment_map(xsa_segment *s, size_t first, size_t n, const xsa_
 
 /* Maps pages [first, first+n), all unmapped: first the given chunks in
  * order (their handles stay the caller's if the call fails), then new
- * chunks of at most new_chunk_pages pages for the rest. */
+ * chunks of new_pages pages (0 counts as 1) for the rest, the last one
+ * smaller if they do not divide it. */
 xsa_cu_result xsa_segment_map_chunks(xsa_segment *s, size_t first, size_t n, const xsa_chunk *given,
-                                     size_t n_given);
+                                     size_t n_given, size_t new_pages);
 
 /* The chunk holding mapped page `page`: its first page in *start, its size. */
 size_t xsa_segment_chunk(const xsa_segment *s, size_t page, size_t *start);

@@ -3,22 +3,23 @@
 // benchmarks/gpu/compare.sh.
 //
 // Design: one entry point, xsa_bench(pattern, backend, ops), that does what
-// hotpath.c does (same fixed-seed xorshift sequence, one warm-up run, median
-// of 7 timed runs) so the figures compare one to one. extern "C" with plain
-// types, so it loads either as a load_inline module or through ctypes.
+// hotpath.c does (the same fixed-seed sequence, from benchmarks/timing.h;
+// one warm-up run, median of 7 timed runs) so the figures compare one to
+// one. extern "C" with plain types, so it loads either as a load_inline
+// module or through ctypes.
 // Everything runs on the legacy default stream, as hotpath.c does. The
 // cudaMallocAsync pool keeps its memory (release threshold UINT64_MAX), as
 // PyTorch's cudaMallocAsync backend sets it.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "benchmarks/timing.h"
 
 namespace {
 
@@ -43,23 +44,6 @@ void release(int backend, void *p) {
     else check(cudaFreeAsync(p, nullptr), "cudaFreeAsync");
 }
 
-// The same generator and draws as benchmarks/hotpath.c.
-uint64_t xorshift(uint64_t &s) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-}
-
-uint32_t draw_size(uint64_t &rng) {
-    unsigned e = 9 + (unsigned)(xorshift(rng) % 17);
-    return (uint32_t)((1u << e) + xorshift(rng) % (1u << e));
-}
-
-double now_ns() {
-    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 struct Slots {
     std::vector<uint32_t> slot, size;
     void *live[kSlots];
@@ -68,7 +52,7 @@ struct Slots {
 // One run; ns per pair (pattern 0) or per op (pattern 1). Ends with a
 // stream sync so cudaFreeAsync's deferred work is counted.
 double run(int pattern, int backend, int64_t ops, Slots &s) {
-    double t0 = now_ns();
+    double t0 = xsa_bench_now_ns();
     for (int64_t i = 0; i < ops; i++) {
         if (pattern == 0) {
             release(backend, alloc(backend, 1 << 20));
@@ -79,16 +63,16 @@ double run(int pattern, int backend, int64_t ops, Slots &s) {
         }
     }
     check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
-    return (now_ns() - t0) / (double)ops;
+    return (xsa_bench_now_ns() - t0) / (double)ops;
 }
 
 void setup(int backend, int64_t ops, Slots &s) {
-    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    uint64_t rng = XSA_BENCH_SEED;
     for (int64_t i = 0; i < ops; i++) {
-        s.slot.push_back((uint32_t)(xorshift(rng) % kSlots));
-        s.size.push_back(draw_size(rng));
+        s.slot.push_back((uint32_t)(xsa_bench_xorshift(&rng) % kSlots));
+        s.size.push_back(xsa_bench_draw_size(&rng));
     }
-    for (int i = 0; i < kSlots; i++) s.live[i] = alloc(backend, draw_size(rng));
+    for (int i = 0; i < kSlots; i++) s.live[i] = alloc(backend, xsa_bench_draw_size(&rng));
 }
 
 void keep_async_pool_memory() {
@@ -113,8 +97,7 @@ extern "C" double xsa_bench(int pattern, int backend, int64_t ops) {
         for (int i = 0; i < kRuns; i++) t.push_back(run(pattern, backend, ops, s));
         if (pattern == 1)
             for (void *p : s.live) release(backend, p);
-        std::sort(t.begin(), t.end());
-        return t[kRuns / 2];
+        return xsa_bench_median(t.data(), t.size());
     } catch (const std::exception &e) {
         fprintf(stderr, "hotpath_ext: %s\n", e.what());
         return -1;

@@ -25,6 +25,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # where "benchmarks/timing.h" resolves
 GB = 1e9
 
 # benchmarks/traces/README.md: PyTorch 2.11 on an H100.
@@ -97,7 +98,7 @@ def build_ext(build_dir):
     try:
         mod = ext.load_inline(name="xsa_hotpath_ext", cpp_sources=[src], functions=["xsa_bench"],
                               with_cuda=True, build_directory=build_dir, extra_cflags=["-O2"],
-                              verbose=False)
+                              extra_include_paths=[ROOT], verbose=False)
         return mod.xsa_bench
     except Exception as e:  # typically: ninja is missing
         print(f"torch_bench: load_inline failed ({str(e).splitlines()[0] if str(e) else e}); "
@@ -124,7 +125,7 @@ def build_ext_gxx(src_path, build_dir):
     out = os.path.join(build_dir, "libxsa_hotpath_ext.so")
     cmd = (["g++", "-O2", "-shared", "-fPIC", "-std=c++17",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-            src_path, "-o", out, "-I/usr/local/cuda/include"]
+            src_path, "-o", out, "-I/usr/local/cuda/include", "-I" + ROOT]
            + ["-I" + p for p in ext.include_paths()]
            + [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}", "-lc10", "-lc10_cuda"] + loaded_cudart())
     subprocess.run(cmd, check=True)

@@ -1,27 +1,36 @@
-"""PyTorch on xsalloc: use() swaps torch's CUDA allocator for libxsalloc.so.
+"""PyTorch on xsalloc: use() makes libxsalloc.so torch's CUDA allocator.
 
     import torch
     import xsalloc.torch
     xsalloc.torch.use()          # before the first CUDA tensor
 
-Design: torch.cuda.memory.CUDAPluggableAllocator loads xsa_torch_malloc /
-xsa_torch_free from the library, and the hooks torch's pluggable allocator
-accepts (record_stream, empty_cache, memory fraction, base allocation) are
-set to the library's xsa_torch_* functions, so torch.Tensor.record_stream,
-torch.cuda.empty_cache and torch.cuda.set_per_process_memory_fraction reach
-xsalloc. The pluggable interface has no statistics hooks (torch raises for
-them), so by default use() also points torch.cuda's statistics functions
-(memory_stats and everything built on it: memory_allocated,
-max_memory_reserved, memory_summary...; reset_peak_memory_stats,
-reset_accumulated_memory_stats) at xsalloc's, and the program needs no
-change. torch's allocator can only be swapped before CUDA is initialised;
-use() checks that first and says so.
+Design: the allocator torch gets is the C++ adapter (torch_adapter.cpp
+beside this file): torch's own CUDAAllocator interface over xsalloc's C
+API, compiled once against the installed torch with
+torch.utils.cpp_extension (torch caches the build) and linked to this
+package's library. Through it torch's statistics, snapshots and
+_record_memory_history (with Python frames), torch.OutOfMemoryError, CUDA
+graphs, torch.compile(mode="reduce-overhead")'s pool checks and
+torch.cuda.MemPool reach xsalloc with no patching. Where the adapter cannot
+be built (no C++ compiler, say), use() falls back to
+torch.cuda.memory.CUDAPluggableAllocator over the library's xsa_torch_*
+entry points, with one warning naming what is lost; that interface has no
+statistics hooks, so use() then points torch.cuda's statistics functions
+(memory_stats and everything built on it; the reset functions) at xsalloc's
+(patch_torch_stats). XSALLOC_TORCH_ADAPTER=0 (or use(adapter=False)) asks
+for the pluggable path. torch's allocator can only be swapped before CUDA
+is initialised; use() checks that first and says so.
 """
+
+import hashlib
+import os
+import warnings
 
 import xsalloc
 from . import _lib
 
-_installed = None  # the CUDAPluggableAllocator: kept alive for the life of the process
+_installed = None  # torch's allocator object: kept alive for the life of the process
+_adapter = None    # the adapter's extension module, when it is in use
 
 
 def _import_torch():
@@ -40,15 +49,19 @@ def _device_index(device):
     return torch.cuda._get_device_index(device, optional=True)
 
 
-def use(conf=None, patch_torch_stats=True):
-    """Makes xsalloc torch's CUDA allocator; returns the CUDAPluggableAllocator.
+def use(conf=None, patch_torch_stats=True, adapter=None):
+    """Makes xsalloc torch's CUDA allocator; returns torch's allocator object.
 
     conf: settings in PYTORCH_CUDA_ALLOC_CONF syntax, None for the environment's
-    (XSALLOC_CONF, else PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF). patch_torch_stats: point torch.cuda.memory_stats and the
-    functions built on it at xsalloc's statistics. Must run before torch
-    initialises CUDA; a second call returns the allocator installed first.
+    (XSALLOC_CONF, else PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF).
+    patch_torch_stats: on the pluggable path only, point torch.cuda.memory_stats
+    and the functions built on it at xsalloc's statistics. adapter: True to
+    require the C++ adapter, False for the pluggable path, None for
+    $XSALLOC_TORCH_ADAPTER (0: pluggable) or else the adapter with the
+    pluggable path as fallback. Must run before torch initialises CUDA; a
+    second call returns the allocator installed first.
     """
-    global _installed
+    global _installed, _adapter
     torch = _import_torch()
     if _installed is not None:
         if conf is not None:
@@ -63,6 +76,25 @@ def use(conf=None, patch_torch_stats=True):
     lib = _lib.load()
     lib.init(conf)
     lib.require_real_driver("PyTorch")
+    if adapter is None:
+        adapter = None if os.environ.get("XSALLOC_TORCH_ADAPTER", "") not in ("0", "false", "False") else False
+    module = None
+    if adapter is not False:
+        try:
+            module = _build_adapter(torch, lib)
+        except Exception as e:  # no compiler, no headers, a torch without cpp_extension...
+            if adapter:
+                raise
+            warnings.warn(
+                f"xsalloc: the torch adapter could not be built ({type(e).__name__}: {e}); using torch's "
+                "CUDAPluggableAllocator instead, which loses torch's snapshots and _record_memory_history, "
+                "torch.OutOfMemoryError (a failed allocation gives a tensor at address 0), "
+                "torch.compile(mode='reduce-overhead') and torch.cuda.MemPool", stacklevel=2)
+    if module is not None:
+        module.install()
+        _adapter = module
+        _installed = torch.cuda.memory._get_current_allocator()
+        return _installed
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "xsa_torch_malloc", "xsa_torch_free")
     native = alloc.allocator()
     for setter, fn in _lib.TORCH_HOOKS.items():
@@ -74,6 +106,34 @@ def use(conf=None, patch_torch_stats=True):
     if patch_torch_stats:
         _patch_torch_stats(torch)
     return alloc
+
+
+def _adapter_sources():
+    """The adapter's source and the include directory holding api/xsalloc.h and api/pytorch.h."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for include in (os.path.join(here, "include"), os.path.dirname(os.path.dirname(here))):
+        if os.path.exists(os.path.join(include, "api", "pytorch.h")):
+            return os.path.join(here, "torch_adapter.cpp"), include
+    raise FileNotFoundError(f"no api/pytorch.h in {here}/include or the source tree")
+
+
+def _build_adapter(torch, lib):
+    """Compiles the adapter against this torch (once: torch caches the build) and imports it."""
+    from torch.utils import cpp_extension
+    source, include = _adapter_sources()
+    libdir = os.path.dirname(os.path.abspath(lib.path))
+    # One cached build per library: torch rebuilds an extension whose flags
+    # changed, so two libraries under one name would rebuild at every switch.
+    name = "xsalloc_torch_adapter_" + hashlib.sha1(libdir.encode()).hexdigest()[:10]
+    return cpp_extension.load(
+        name=name, sources=[source], extra_include_paths=[include],
+        extra_cflags=["-O2"], extra_ldflags=[f"-L{libdir}", "-l:" + os.path.basename(lib.path), f"-Wl,-rpath,{libdir}"],
+        with_cuda=True, verbose=False)
+
+
+def adapter_in_use():
+    """True when torch's allocator is the C++ adapter (not the pluggable fallback)."""
+    return _adapter is not None
 
 
 def _patch_torch_stats(torch):

@@ -19,9 +19,10 @@ Prints one JSON line: {"mode", "case", "ok", "detail"}. A crash of the CUDA
 context (illegal address) is a failed process: run_graph_check.sh says so.
 """
 import argparse
-import json
 import os
 import sys
+
+from case_report import run_case
 
 CONFS = {"default": "", "norec": "page_recycling:False", "classic": "expandable_segments:False",
          "reuse": "graph_capture_record_stream_reuse:True"}
@@ -155,12 +156,7 @@ def main():
         xsalloc.torch.use(conf=CONFS[a.mode])
     import torch
 
-    try:
-        ok, detail = CASES[a.case](torch)
-    except Exception as e:  # the case's failure, said in one line
-        ok, detail = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    print(json.dumps({"mode": a.mode, "case": a.case, "ok": ok, "detail": detail}), flush=True)
-    return 0 if ok else 1
+    return run_case(CASES[a.case], (torch,), {"mode": a.mode, "case": a.case})
 
 
 if __name__ == "__main__":

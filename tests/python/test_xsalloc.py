@@ -358,9 +358,48 @@ class FakeTorchTest(SimTestCase):
                 xsalloc.torch.use()
         self.assertIsNone(torch.cuda.memory.installed)
 
+    def test_adapter_fallback_warns_and_names_what_is_lost(self):
+        with module_as("torch", fake_torch()) as torch:  # no torch.utils.cpp_extension: cannot build
+            with self.assertWarnsRegex(UserWarning, "torch adapter could not be built .*OutOfMemoryError.*MemPool"):
+                alloc = xsalloc.torch.use()
+            self.assertIs(torch.cuda.memory.installed, alloc, "the pluggable path instead")
+            self.assertFalse(xsalloc.torch.adapter_in_use())
+
+    def test_adapter_required_raises_when_it_cannot_build(self):
+        with module_as("torch", fake_torch()) as torch:
+            with self.assertRaises(ImportError):
+                xsalloc.torch.use(adapter=True)
+            self.assertIsNone(torch.cuda.memory.installed)
+
+    def test_adapter_is_built_against_the_library_and_installed(self):
+        built = []
+        module = types.SimpleNamespace(installs=0)
+        module.install = lambda: setattr(module, "installs", module.installs + 1)
+
+        def load(**kw):
+            built.append(kw)
+            return module
+        utils = types.SimpleNamespace(cpp_extension=types.SimpleNamespace(load=load))
+        with module_as("torch", fake_torch()) as torch, module_as("torch.utils", utils):
+            torch.utils = utils
+            torch.cuda.memory._get_current_allocator = lambda: "the adapter"
+            try:
+                self.assertEqual(xsalloc.torch.use(), "the adapter")
+                self.assertTrue(xsalloc.torch.adapter_in_use())
+            finally:
+                xsalloc.torch._adapter = None
+            self.assertEqual(module.installs, 1)
+            self.assertIsNone(torch.cuda.memory.installed, "not the pluggable path")
+            self.assertIsNone(torch.cuda.memory.memory_stats_as_nested_dict, "torch's statistics left alone")
+        kw = built[0]
+        self.assertTrue(kw["sources"][0].endswith("torch_adapter.cpp") and os.path.exists(kw["sources"][0]))
+        self.assertTrue(os.path.exists(os.path.join(kw["extra_include_paths"][0], "api", "pytorch.h")))
+        libdir = os.path.dirname(os.path.abspath(self.lib.path))
+        self.assertIn(f"-Wl,-rpath,{libdir}", kw["extra_ldflags"])
+
     def test_use_installs_the_entry_points_and_hooks(self):
         with module_as("torch", fake_torch()) as torch:
-            alloc = xsalloc.torch.use()
+            alloc = xsalloc.torch.use(adapter=False)
             self.assertIs(torch.cuda.memory.installed, alloc)
             self.assertIs(xsalloc.torch.use(), alloc, "idempotent")
             hooks = alloc.native.hooks

@@ -1,0 +1,581 @@
+/*
+ * xsalloc as torch's CUDA allocator: c10::cuda::CUDACachingAllocator's
+ * CUDAAllocator interface over xsalloc's C API (api/xsalloc.h,
+ * api/pytorch.h), the one C++ file of the project.
+ *
+ * Design: xsalloc.torch.use() compiles this file once as a torch C++
+ * extension against the torch that is installed (cached by torch), links it
+ * to the package's libxsalloc.so and calls install(), which makes an Adapter
+ * torch's allocator the way torch.cuda.memory.change_current_allocator does.
+ * Every call goes straight to the C library; the adapter adds only what the
+ * C core cannot hold: torch's own objects. Python stacks (GatheredContext)
+ * for snapshots are kept here, by block address for live blocks and by
+ * trace tag for recorded events (xsa_set_trace_tag marks the events of one
+ * call), so memory_viz shows frames. Pool routing calls torch's std::function
+ * filter through a C trampoline. Calls other than malloc/free (which keep
+ * the thread's CUDA context themselves, xsa_ctx_*) keep the runtime's
+ * current device with a guard, since the driver may make another device's
+ * primary context current.
+ */
+#include <pybind11/pybind11.h>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "api/pytorch.h"
+
+namespace {
+
+namespace CCA = c10::cuda::CUDACachingAllocator;
+namespace CDA = c10::CachingDeviceAllocator;
+using Context = std::shared_ptr<c10::GatheredContext>;
+using Filter = std::function<bool(cudaStream_t)>;
+
+std::string last_error() { return xsa_last_error(); }
+
+// Errors are thrown with messages built as std::string, never through
+// TORCH_CHECK's stream formatting: torch's compiler on the H100 links part
+// of libstdc++ statically into extensions, and formatting a number through
+// that copy's locale crashed (SIGSEGV in codecvt, H100 device call 5).
+template <typename E = c10::Error>
+[[noreturn]] void fail(const std::string& msg) {
+  throw E(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "xsalloc: " + msg);
+}
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) fail(msg);
+}
+
+void check(const char* what, xsa_status st) {
+  if (st != XSA_SUCCESS) fail(std::string(what) + ": " + last_error());
+}
+
+xsa_mempool_id pool_id(c10::MempoolId_t id) { return {id.first, id.second}; }
+
+// Keeps the runtime's current device across a C call that names a device.
+struct KeepDevice {
+  int device = -1;
+  KeepDevice() { cudaGetDevice(&device); }
+  ~KeepDevice() {
+    if (device >= 0) cudaSetDevice(device);
+  }
+};
+
+void free_block(void* ptr);
+
+// The snapshot state of cudagraph trees (getCheckpointState): the live
+// blocks of one pool at the checkpoint.
+struct PoolCheckpoint final : CCA::AllocatorState {
+  c10::DeviceIndex device;
+  c10::MempoolId_t id;
+  std::vector<std::pair<void*, size_t>> live;
+};
+
+bool call_filter(void* ctx, void* stream) {
+  try {
+    return (*static_cast<Filter*>(ctx))(static_cast<cudaStream_t>(stream));
+  } catch (...) {
+    return false;  // a filter that throws accepts nothing
+  }
+}
+
+class Adapter final : public CCA::CUDAAllocator {
+ public:
+  // ---- allocation ----
+  c10::DataPtr allocate(size_t size) override {
+    c10::DeviceIndex device = c10::cuda::current_device();
+    void* p = size ? malloc_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream()) : nullptr;
+    return {p, p, &free_block, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+  }
+  void* raw_alloc(size_t nbytes) override {
+    c10::DeviceIndex device = c10::cuda::current_device();
+    return raw_alloc_with_stream(nbytes, c10::cuda::getCurrentCUDAStream(device).stream());
+  }
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+    return nbytes ? malloc_on(nbytes, c10::cuda::current_device(), stream) : nullptr;
+  }
+  void raw_delete(void* ptr) override {
+    check("raw_delete", free_tagged(ptr));
+  }
+  // Called by the deleter of every tensor's memory: it cannot throw.
+  void release(void* ptr) {
+    if (free_tagged(ptr) != XSA_SUCCESS) fprintf(stderr, "xsalloc: freeing %p: %s\n", ptr, xsa_last_error());
+  }
+
+  // ---- device state ----
+  void init(int device_count) override {
+    int count = 0;
+    check("init", xsa_device_count(&count));
+    fractions_.assign(std::max(count, device_count), 1.0);
+    initialized_ = true;
+  }
+  bool initialized() override { return initialized_; }
+  double getMemoryFraction(c10::DeviceIndex device) override {
+    std::lock_guard<std::mutex> g(mu_);
+    return device < (int)fractions_.size() ? fractions_[device] : 1.0;
+  }
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
+    KeepDevice keep;
+    check("setMemoryFraction", xsa_set_memory_fraction(fraction, device));
+    std::lock_guard<std::mutex> g(mu_);
+    if (device >= (int)fractions_.size()) fractions_.resize(device + 1, 1.0);
+    fractions_[device] = fraction;
+  }
+  void enable(bool value) override {
+    require(value, "the allocator cannot be disabled; use torch's own allocator instead");
+  }
+  bool isEnabled() const override { return true; }
+  void emptyCache(c10::MempoolId_t) override {
+    // xsalloc releases every pool's free memory, released pools' included.
+    check("emptyCache", xsa_ctx_empty_cache());
+  }
+  void cacheInfo(c10::DeviceIndex device, size_t* largest) override {
+    size_t cached = 0, big = 0;
+    {
+      KeepDevice keep;
+      check("cacheInfo", xsa_cache_info(device, &cached, &big));
+    }
+    if (big == 0) {  // as PyTorch: nothing cached, so what the device has free
+      size_t free = 0, total = 0;
+      c10::cuda::CUDAGuard guard(device);
+      C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+      big = free;
+    }
+    *largest = big;
+  }
+  void* getBaseAllocation(void* ptr, size_t* size) override {
+    void* base = nullptr;
+    check("getBaseAllocation", xsa_get_base_allocation(ptr, &base, size));
+    return base;
+  }
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    if (!ptr.get() || ptr.get_deleter() != &free_block) return;  // not xsalloc's memory
+    check("recordStream", xsa_record_stream(ptr.get(), stream.stream()));
+  }
+  std::vector<CCA::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) override {
+    std::map<std::pair<void*, bool>, size_t> sizes;
+    each_segment(device, [&](const xsa_snap_segment& s, const xsa_device_snapshot&) {
+      if (s.expandable) sizes[{s.stream, !s.large}] += s.total_size;
+    });
+    std::vector<CCA::StreamSegmentSize> out;
+    for (auto& [key, size] : sizes) out.emplace_back(static_cast<cudaStream_t>(key.first), key.second, size);
+    return out;
+  }
+
+  // ---- statistics ----
+  CDA::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    xsa_device_stats s;
+    check("getDeviceStats", xsa_get_stats(device, &s));
+    CDA::DeviceStats d;
+    auto one = [](c10::CachingAllocator::Stat& to, const xsa_stat& from) {
+      to.current = from.current, to.peak = from.peak, to.allocated = from.allocated, to.freed = from.freed;
+    };
+    auto all = [&](c10::CachingAllocator::StatArray& to, const xsa_stat* from) {
+      for (int i = 0; i < XSA_STAT_TYPES; i++) one(to[i], from[i]);
+    };
+    all(d.allocation, s.allocation), all(d.segment, s.segment), all(d.active, s.active);
+    all(d.inactive_split, s.inactive_split), all(d.allocated_bytes, s.allocated_bytes);
+    all(d.reserved_bytes, s.reserved_bytes), all(d.active_bytes, s.active_bytes);
+    all(d.inactive_split_bytes, s.inactive_split_bytes), all(d.requested_bytes, s.requested_bytes);
+    one(d.oversize_allocations, s.oversize_allocations), one(d.oversize_segments, s.oversize_segments);
+    d.num_alloc_retries = s.num_alloc_retries, d.num_ooms = s.num_ooms;
+    d.num_sync_all_streams = s.num_sync_all_streams, d.num_device_alloc = s.num_device_alloc;
+    d.num_device_free = s.num_device_free, d.max_split_size = s.max_split_size;
+    return d;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check("resetAccumulatedStats", xsa_reset_accumulated_stats(device));
+  }
+  void resetPeakStats(c10::DeviceIndex device) override { check("resetPeakStats", xsa_reset_peak_stats(device)); }
+
+  // ---- memory pools: CUDA graphs, cudagraph trees, MemPool ----
+  void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id, Filter filter) override {
+    auto f = std::make_unique<Filter>(std::move(filter));
+    KeepDevice keep;
+    std::lock_guard<std::mutex> g(filters_mu_);
+    check("beginAllocateToPool", xsa_begin_allocate_to_pool(device, pool_id(id), call_filter, f.get()));
+    filters_[{device, id}] = std::move(f);
+  }
+  void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    KeepDevice keep;
+    std::lock_guard<std::mutex> g(filters_mu_);
+    xsa_status st = xsa_end_allocate_to_pool(device, pool_id(id));
+    filters_.erase({device, id});  // the routing is over even on an error (xsalloc.h)
+    check("endAllocateToPool", st);
+  }
+  void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    KeepDevice keep;
+    check("releasePool", xsa_mempool_release(device, pool_id(id)));
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
+                          std::shared_ptr<CCA::CUDAAllocator> allocator) override {
+    require(!allocator || allocator.get() == this,
+                "a MemPool with an allocator of its own is not supported under xsalloc (its memory "
+                "would bypass xsalloc); create the MemPool without an allocator");
+    KeepDevice keep;
+    check("createOrIncrefPool", xsa_mempool_create(device, pool_id(id)));
+  }
+  int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    int uses = 0;
+    check("getPoolUseCount", xsa_mempool_use_count(device, pool_id(id), &uses));
+    return uses;
+  }
+  void setUseOnOOM(c10::DeviceIndex, c10::MempoolId_t, bool use_on_oom) override {
+    require(!use_on_oom, "MemPool(use_on_oom=True) is not supported: a pool's memory goes to "
+                             "its own allocations only");
+  }
+  void setNoSplit(c10::DeviceIndex, c10::MempoolId_t) override {
+    fail("MemPool(no_split=True) is not supported");
+  }
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t id,
+                                const std::unordered_set<void*>& expected) override {
+    size_t n = 0;
+    bool all_expected = true;
+    for (auto& [ptr, size] : live_blocks(device, id)) {
+      n++;
+      all_expected = all_expected && expected.count(ptr);
+    }
+    return all_expected && n == expected.size();
+  }
+  std::shared_ptr<CCA::AllocatorState> getCheckpointState(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    auto state = std::make_shared<PoolCheckpoint>();
+    state->device = device, state->id = id, state->live = live_blocks(device, id);
+    return state;
+  }
+  CCA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<CCA::AllocatorState>) override {
+    fail("restoring a cudagraph trees checkpoint (setCheckpointPoolState) is not "
+                       "supported yet; torch.compile(mode=\"reduce-overhead\") needs it only when a new graph "
+                       "is recorded while replayed outputs are alive");
+  }
+
+  // ---- history, snapshots, trackers ----
+  bool isHistoryEnabled() override { return recording_; }
+  void recordHistory(bool enabled, CDA::CreateContextFn recorder, size_t max_entries, CDA::RecordContext when,
+                     bool clear, const std::vector<std::string>& skip_actions) override {
+    (void)clear;  // xsalloc starts a fresh ring whenever recording starts
+    std::lock_guard<std::mutex> g(ctx_mu_);
+    check("recordHistory", xsa_record_history(enabled, enabled ? std::max<size_t>(max_entries, 1) : 0));
+    recording_ = enabled;
+    recorder_ = enabled && when != CDA::RecordContext::NEVER ? recorder : nullptr;
+    when_ = enabled ? when : CDA::RecordContext::NEVER;
+    max_entries_ = std::max<size_t>(max_entries, 1);
+    skip_.clear();
+    for (auto& a : skip_actions) skip_.insert((int)CDA::parseTraceEntryAction(a));
+    if (enabled) tagged_.clear();
+    contexts_on_ = recorder_ != nullptr;
+  }
+  CCA::SnapshotInfo snapshot(c10::MempoolId_t id, bool include_traces) override {
+    CCA::SnapshotInfo info;
+    int n = 0;
+    check("snapshot", xsa_device_count(&n));
+    info.device_traces.resize(n);
+    ClockMap clock = clock_map();
+    std::lock_guard<std::mutex> g(ctx_mu_);
+    for (int d = 0; d < n; d++) {
+      xsa_device_snapshot s;
+      check("snapshot", xsa_device_snapshot_take(d, &s));
+      for (size_t i = 0; i < s.n_segments; i++) {
+        const xsa_snap_segment& seg = s.segments[i];
+        if ((id.first || id.second) && (seg.pool_id.first != id.first || seg.pool_id.second != id.second)) continue;
+        info.segments.push_back(segment_info(d, seg, s.blocks));
+      }
+      if (include_traces)
+        for (size_t i = 0; i < s.n_history; i++) {
+          const xsa_history_entry& e = s.history[i];
+          if (e.action == XSA_ACT_RECORD_STREAM || skip_.count((int)action(e.action))) continue;
+          info.device_traces[d].push_back(trace_entry(d, e, tag_context(e), clock(e.time_ns)));
+        }
+      xsa_device_snapshot_free(&s);
+    }
+    xsa_settings set;
+    check("snapshot", xsa_get_settings(&set));
+    auto& c = info.config_metadata;
+    c.garbage_collection_threshold = set.garbage_collection_threshold;
+    c.max_split_size = set.max_split_size;
+    c.pinned_num_register_threads = 1;
+    c.expandable_segments = set.expandable_segments;
+    c.release_lock_on_malloc = false;
+    c.pinned_use_host_register = false;
+    c.graph_capture_record_stream_reuse = false;
+    c.last_allocator_settings = set.text ? set.text : "";
+    c.roundup_power2_divisions.assign(std::begin(set.roundup_power2_divisions),
+                                      std::end(set.roundup_power2_divisions));
+    return info;
+  }
+  void attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) override {
+    std::lock_guard<std::mutex> g(mu_);
+    oom_observers_.push_back(std::move(observer));
+  }
+  void attachAllocatorTraceTracker(CDA::AllocatorTraceTracker tracker) override {
+    // on_trace reads trackers_ under the device locks only: take the
+    // callback away (which waits for every device) while the list grows.
+    std::lock_guard<std::mutex> g(mu_);
+    check("attachAllocatorTraceTracker", xsa_set_trace_callback(nullptr, nullptr));
+    trackers_.push_back(std::move(tracker));
+    check("attachAllocatorTraceTracker", xsa_set_trace_callback(&Adapter::on_trace, this));
+  }
+
+  // ---- several GPUs and processes ----
+  void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override {
+    c10::cuda::CUDAGuard guard(dev);
+    cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled)
+      (void)cudaGetLastError();
+    else
+      C10_CUDA_CHECK(err);
+    // dev reads and writes dev_to_access's expandable segments from now on.
+    check("enablePeerAccess", xsa_enable_peer_access(dev_to_access, dev));
+  }
+  cudaError_t memcpyAsync(void* dst, int dst_device, const void* src, int src_device, size_t count,
+                          cudaStream_t stream, bool p2p_enabled) override {
+    // Mapped (cuMemMap) memory needs the peer copy unless peer access is on.
+    if (p2p_enabled || dst_device == src_device)
+      return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+    return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
+  }
+  CCA::ShareableHandle shareIpcHandle(void*) override {
+    fail("sharing a CUDA tensor with another process (torch.multiprocessing) is not "
+                       "supported through torch yet; use xsalloc's xsa_ipc_export/xsa_ipc_import");
+  }
+  std::shared_ptr<void> getIpcDevPtr(std::string) override {
+    fail("opening another process's CUDA tensor is not supported through torch yet");
+  }
+  std::string name() override { return "xsalloc"; }
+
+ private:
+  void* malloc_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
+    Context ctx = contexts_on_ ? gather() : nullptr;
+    uint64_t tag = ctx ? remember(ctx, when_ >= CDA::RecordContext::ALLOC) : 0;
+    void* p = nullptr;
+    if (tag) xsa_set_trace_tag(tag);
+    xsa_status st = xsa_ctx_malloc(&p, size, device, stream);
+    if (tag) xsa_set_trace_tag(0);
+    if (st == XSA_SUCCESS) {
+      if (ctx) {
+        std::lock_guard<std::mutex> g(ctx_mu_);
+        live_[p] = ctx;
+        has_live_ = true;
+      }
+      return p;
+    }
+    std::string why = last_error();
+    if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, size, why);
+    fail("allocating " + std::to_string(size) + " bytes on device " + std::to_string(int(device)) + ": " + why);
+  }
+
+  [[noreturn]] void out_of_memory(c10::DeviceIndex device, size_t size, const std::string& why) {
+    size_t free = 0, total = 0;
+    {
+      c10::cuda::CUDAGuard guard(device);
+      if (cudaMemGetInfo(&free, &total) != cudaSuccess) (void)cudaGetLastError();
+    }
+    xsa_device_stats s;
+    size_t allocated = xsa_get_stats(device, &s) == XSA_SUCCESS ? (size_t)s.allocated_bytes[XSA_STAT_ALL].current : 0;
+    std::vector<CCA::OutOfMemoryObserver> observers;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      observers = oom_observers_;
+    }
+    for (auto& o : observers) o(device, allocated, total, free);
+    fail<c10::OutOfMemoryError>("CUDA out of memory. Tried to allocate " + std::to_string(size) + " bytes on device " +
+                                std::to_string(int(device)) + ". " + why +
+                                " Free cached memory with torch.cuda.empty_cache() or try a smaller size.");
+  }
+
+  Context gather() {
+    CDA::CreateContextFn recorder = recorder_;
+    return recorder ? recorder() : nullptr;
+  }
+
+  // A tag for the events of one call; its context is kept for the trace
+  // (in_trace) as long as the ring can still hold them.
+  uint64_t remember(const Context& ctx, bool in_trace) {
+    std::lock_guard<std::mutex> g(ctx_mu_);
+    uint64_t tag = ++last_tag_;
+    if (in_trace) {
+      tagged_.emplace_back(tag, ctx);
+      if (tagged_.size() > max_entries_) tagged_.pop_front();
+    }
+    return tag;
+  }
+
+  // Forgets ptr's context; true when the free's events are tagged with the
+  // freeing stack (the caller then clears the tag).
+  bool forget_context(void* ptr) {
+    if (!contexts_on_ && !has_live_) return false;
+    {
+      std::lock_guard<std::mutex> g(ctx_mu_);
+      live_.erase(ptr);
+      has_live_ = !live_.empty();
+    }
+    Context ctx = contexts_on_ && when_ == CDA::RecordContext::ALL ? gather() : nullptr;
+    if (ctx) xsa_set_trace_tag(remember(ctx, true));
+    return ctx != nullptr;
+  }
+
+  xsa_status free_tagged(void* ptr) {
+    bool tagged = forget_context(ptr);
+    xsa_status st = xsa_ctx_free(ptr);
+    if (tagged) xsa_set_trace_tag(0);  // later events of this thread are not this free's
+    return st;
+  }
+
+  Context tag_context(const xsa_history_entry& e) const {
+    if (!e.tag) return nullptr;
+    auto at = std::lower_bound(tagged_.begin(), tagged_.end(), e.tag,
+                               [](const std::pair<uint64_t, Context>& t, uint64_t tag) { return t.first < tag; });
+    return at != tagged_.end() && at->first == e.tag ? at->second : nullptr;
+  }
+
+  static CDA::TraceEntry::Action action(xsa_action a) {
+    switch (a) {
+      case XSA_ACT_ALLOC: return CDA::TraceEntry::ALLOC;
+      case XSA_ACT_FREE_REQUESTED: return CDA::TraceEntry::FREE_REQUESTED;
+      case XSA_ACT_FREE_COMPLETED: return CDA::TraceEntry::FREE_COMPLETED;
+      case XSA_ACT_SEGMENT_ALLOC: return CDA::TraceEntry::SEGMENT_ALLOC;
+      case XSA_ACT_SEGMENT_FREE: return CDA::TraceEntry::SEGMENT_FREE;
+      case XSA_ACT_SEGMENT_MAP: return CDA::TraceEntry::SEGMENT_MAP;
+      case XSA_ACT_SEGMENT_UNMAP: return CDA::TraceEntry::SEGMENT_UNMAP;
+      default: return CDA::TraceEntry::OOM;
+    }
+  }
+
+  static uint64_t monotonic_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
+  }
+
+  // torch stamps events with its approximate clock (the TSC) and converts
+  // them itself; xsalloc stamps CLOCK_MONOTONIC: map one onto the other
+  // with the rate between install() and now.
+  struct ClockMap {
+    uint64_t mono_now;
+    c10::approx_time_t approx_now;
+    double approx_per_ns;
+    c10::approx_time_t operator()(uint64_t mono) const {
+      return approx_now - (c10::approx_time_t)((double)(mono_now - std::min(mono, mono_now)) * approx_per_ns);
+    }
+  };
+  ClockMap clock_map() const {
+    ClockMap m{monotonic_ns(), c10::getApproximateTime(), 1.0};
+    if (m.mono_now > mono_at_install_)
+      m.approx_per_ns = (double)(m.approx_now - approx_at_install_) / (double)(m.mono_now - mono_at_install_);
+    return m;
+  }
+
+  static CDA::TraceEntry trace_entry(int device, const xsa_history_entry& e, Context ctx, c10::approx_time_t when) {
+    return CDA::TraceEntry(action(e.action), device, e.addr, e.size, e.stream, {0, 0}, when, std::move(ctx));
+  }
+
+  CDA::SegmentInfo segment_info(int device, const xsa_snap_segment& s, const xsa_snap_block* blocks) const {
+    CDA::SegmentInfo si;
+    si.device = device;
+    si.address = s.addr, si.total_size = s.total_size, si.requested_size = s.requested_size;
+    si.allocated_size = s.allocated_size, si.active_size = s.active_size;
+    si.stream = s.stream, si.is_large = s.large, si.is_expandable = s.expandable;
+    si.owner_private_pool_id = {s.pool_id.first, s.pool_id.second};
+    for (size_t i = 0; i < s.n_blocks; i++) {
+      const xsa_snap_block& b = blocks[s.first_block + i];
+      CDA::BlockInfo bi;
+      bi.size = b.size, bi.requested_size = b.requested;
+      bi.allocated = b.state == XSA_SNAP_ALLOCATED, bi.active = b.state != XSA_SNAP_INACTIVE;
+      auto at = live_.find(reinterpret_cast<void*>(b.addr));
+      if (bi.active && at != live_.end()) bi.context_when_allocated = at->second;
+      si.blocks.push_back(std::move(bi));
+    }
+    return si;
+  }
+
+  template <typename F>
+  void each_segment(c10::DeviceIndex device, F f) {
+    xsa_device_snapshot s;
+    check("snapshot", xsa_device_snapshot_take(device, &s));
+    for (size_t i = 0; i < s.n_segments; i++) f(s.segments[i], s);
+    xsa_device_snapshot_free(&s);
+  }
+
+  std::vector<std::pair<void*, size_t>> live_blocks(c10::DeviceIndex device, c10::MempoolId_t id) {
+    std::vector<std::pair<void*, size_t>> out;
+    each_segment(device, [&](const xsa_snap_segment& seg, const xsa_device_snapshot& s) {
+      if (seg.pool_id.first != id.first || seg.pool_id.second != id.second) return;
+      for (size_t i = 0; i < seg.n_blocks; i++) {
+        const xsa_snap_block& b = s.blocks[seg.first_block + i];
+        if (b.state == XSA_SNAP_ALLOCATED) out.emplace_back(reinterpret_cast<void*>(b.addr), b.size);
+      }
+    });
+    return out;
+  }
+
+  static void on_trace(int device, const xsa_history_entry* e, void* user) {
+    auto* self = static_cast<Adapter*>(user);
+    if (e->action == XSA_ACT_RECORD_STREAM) return;
+    CDA::TraceEntry t = trace_entry(device, *e, nullptr, c10::getApproximateTime());
+    for (auto& tracker : self->trackers_) tracker(t);  // never growing while set (attachAllocatorTraceTracker)
+  }
+
+  std::mutex mu_;
+  std::vector<double> fractions_;
+  std::atomic<bool> initialized_{false};
+  std::vector<CCA::OutOfMemoryObserver> oom_observers_;
+  std::vector<CDA::AllocatorTraceTracker> trackers_;
+
+  std::mutex filters_mu_;
+  std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, std::unique_ptr<Filter>> filters_;
+
+  std::mutex ctx_mu_;  // what follows, but the atomics
+  std::atomic<bool> recording_{false}, contexts_on_{false}, has_live_{false};
+  std::atomic<CDA::CreateContextFn> recorder_{nullptr};
+  std::atomic<CDA::RecordContext> when_{CDA::RecordContext::NEVER};
+  size_t max_entries_ = 1;
+  uint64_t last_tag_ = 0;
+  std::deque<std::pair<uint64_t, Context>> tagged_;  // tags in increasing order
+  std::unordered_map<void*, Context> live_;
+  std::unordered_set<int> skip_;  // TraceEntry::Action values
+  const uint64_t mono_at_install_ = monotonic_ns();
+  const c10::approx_time_t approx_at_install_ = c10::getApproximateTime();
+
+  friend void free_block(void* ptr);
+};
+
+std::shared_ptr<Adapter> the_adapter;
+
+void free_block(void* ptr) {
+  if (ptr) the_adapter->release(ptr);
+}
+
+// Makes the adapter torch's CUDA allocator (before CUDA is initialised).
+void install() {
+  require(!the_adapter, "the adapter is installed already");
+  auto adapter = std::make_shared<Adapter>();
+  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(adapter);
+  the_adapter = adapter;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "xsalloc as torch's CUDA allocator (CUDAAllocator over libxsalloc.so)";
+  m.def("install", &install, "make xsalloc torch's CUDA allocator; before CUDA is initialised");
+}
