@@ -353,6 +353,16 @@ XSA_API xsa_status xsa_record_history(int enabled, size_t max_entries);
  * event are left out, so the file always replays. */
 XSA_API xsa_status xsa_write_trace(int device, const char *path);
 
+/* The CUDA driver calls xsalloc made, per entry point, since it was
+ * initialised. xsa_time_driver_calls(1) starts adding up the time spent in
+ * each (two clock reads per call; 0 stops). xsa_driver_calls_json writes
+ * {"mem_create": [calls, microseconds], ...} (entry points never called
+ * left out; microseconds 0 while timing was off) into buf and sets
+ * *needed to the bytes it takes with the NUL; XSA_ERROR_INVALID_VALUE if
+ * len is smaller (call with buf NULL, len 0 to ask). */
+XSA_API xsa_status xsa_time_driver_calls(int enabled);
+XSA_API xsa_status xsa_driver_calls_json(char *buf, size_t len, size_t *needed);
+
 /* Memory hooks, after CuPy's MemoryHook. For one xsa_malloc: malloc_pre,
  * then only if the cache missed alloc_pre and (if new memory was obtained)
  * alloc_post, then (on success) malloc_post. For one xsa_free: free_pre,

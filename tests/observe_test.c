@@ -457,6 +457,37 @@ static void test_settings_say_where_they_came_from(void **state) {
     assert_int_equal(xsa_get_settings(NULL), XSA_ERROR_INVALID_VALUE);
 }
 
+/* The driver's call counts, and times once timing is on, as JSON. */
+static void test_driver_calls_as_json(void **state) {
+    (void)state;
+    OK(xsa_init("page_recycling:False"));
+    size_t needed = 0;
+    char small[4], buf[2048];
+    void *p;
+    OK(xsa_time_driver_calls(1));
+    OK(xsa_malloc(&p, 6 * MiB, 0, NULL)); /* a growth: 3 pages created and mapped */
+    assert_int_equal(xsa_driver_calls_json(NULL, 0, &needed), XSA_ERROR_INVALID_VALUE);
+    assert_true(needed > sizeof small);
+    assert_int_equal(xsa_driver_calls_json(small, sizeof small, &needed), XSA_ERROR_INVALID_VALUE);
+    assert_int_equal(xsa_driver_calls_json(buf, sizeof buf, NULL), XSA_ERROR_INVALID_VALUE);
+    OK(xsa_driver_calls_json(buf, sizeof buf, &needed));
+    assert_int_equal(strlen(buf) + 1, needed);
+    assert_non_null(strstr(buf, "\"mem_create\": [3, "));
+    assert_non_null(strstr(buf, "\"mem_map\": [3, "));
+    assert_null(strstr(buf, "mem_unmap")); /* never called: left out */
+    assert_int_equal(buf[0], '{');
+    assert_int_equal(buf[needed - 2], '}');
+    /* Timed: the microseconds of some entry point are not 0.0 (the
+     * simulated driver's calls take a little time). */
+    assert_non_null(strstr(buf, "."));
+    double us = 0;
+    const char *c = strstr(buf, "\"mem_map\": [3, ");
+    assert_int_equal(sscanf(c + strlen("\"mem_map\": [3, "), "%lf", &us), 1);
+    assert_true(us > 0);
+    OK(xsa_time_driver_calls(0));
+    OK(xsa_free(p));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hooks_order_counts_and_arguments, setup, teardown),
@@ -469,6 +500,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_trace_callback_sees_events_unrecorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_snapshot_structs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_say_where_they_came_from, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_driver_calls_as_json, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -174,6 +174,10 @@ def child(args):
     sys.path.insert(0, HERE)
     import real_workloads
 
+    calls_at = {}
+    if use_xsalloc:
+        xsalloc.time_driver_calls(True)  # two clock reads per driver call
+        real_workloads.on_phase = lambda name: calls_at.__setitem__(name, xsalloc.driver_calls())
     t0 = time.perf_counter()
     res = getattr(real_workloads, args.workload)(args.steps)
     total = time.perf_counter() - t0
@@ -190,6 +194,8 @@ def child(args):
     if use_xsalloc:
         stats = xsalloc.torch.memory_stats()
         out["xsalloc_stats"] = {k: stats[k] for k in XSALLOC_STATS}
+        out["driver_calls"] = {part: calls_between(calls_at.get(a, {}), calls_at.get(b, {}))
+                               for part, a, b in (("first", "start", "steady"), ("steady", "steady", "end"))}
         if stats["allocation.all.allocated"] == 0:
             raise RuntimeError("xsalloc made no allocation: torch did not allocate through it")
     tmp = args.out + ".tmp"
@@ -413,6 +419,39 @@ def memory_rows(results, workloads, allocs):
     return lines
 
 
+def calls_between(before, after):
+    """{entry: [calls, us]} made between two xsalloc.driver_calls() readings."""
+    diff = {}
+    for entry, (n, us) in after.items():
+        n0, us0 = before.get(entry, (0, 0.0))
+        if n > n0:
+            diff[entry] = [n - n0, round(us - us0, 1)]
+    return diff
+
+
+def driver_rows(results, workloads, allocs):
+    """Median driver milliseconds of xsalloc runs, first quarter and steady part, and the entry points
+    that took the most of it."""
+    lines = ["| workload | allocator | runs | first quarter: driver ms (calls) | steady: driver ms (calls) | "
+             "most time (first quarter) |", "|---|---|---:|---:|---:|---|"]
+    for w in workloads:
+        for a in allocs:
+            rs = [r for r in results if r["workload"] == w and r["alloc"] == a and r["status"] == "ok"
+                  and r.get("driver_calls")]
+            if not rs:
+                continue
+            cells = []
+            for part in ("first", "steady"):
+                ms = [sum(us for _, us in r["driver_calls"][part].values()) / 1e3 for r in rs]
+                n = [sum(c for c, _ in r["driver_calls"][part].values()) for r in rs]
+                cells.append(f"{med(ms, '{:.1f}')} ({med(n, '{:.0f}')})")
+            first = rs[len(rs) // 2]["driver_calls"]["first"]
+            top = sorted(first.items(), key=lambda kv: -kv[1][1])[:3]
+            cells.append(", ".join(f"{e} {us / 1e3:.1f} ms / {c}" for e, (c, us) in top))
+            lines.append(f"| {w} | {a} | {len(rs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def lag_rows(results, workloads, allocs):
     lines = ["| workload | allocator | runs | calls | probes | p50 | p90 | p99 | max | pending | skipped |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -461,6 +500,10 @@ def table(rows):
             "/ best torch = against the fastest of PyTorch's configurations run (native, expandable,",
             "async) on the same workload, medians.", ""]
     out += memory_rows(results, workloads, allocs)
+    drv = driver_rows(results, workloads, allocs)
+    if len(drv) > 2:
+        out += ["", "## Time xsalloc spent in the CUDA driver (xsalloc.driver_calls(); median over runs)", ""]
+        out += drv
     lag = lag_rows(results, workloads, allocs)
     if len(lag) > 2:
         out += ["", "## GPU lag under xsalloc (XSALLOC_LAG_PROBE: allocator calls between recording an event",

@@ -74,6 +74,18 @@ def reset_accumulated_memory_stats(device=0):
     lib.check(lib.cdll.xsa_reset_accumulated_stats(device), f"xsa_reset_accumulated_stats({device})")
 
 
+def time_driver_calls(enabled=True):
+    """Start (or stop) adding up the time xsalloc spends in each CUDA driver entry point."""
+    lib = load()
+    lib.check(lib.cdll.xsa_time_driver_calls(1 if enabled else 0), "xsa_time_driver_calls")
+
+
+def driver_calls():
+    """{entry point: [calls, microseconds]}: the driver calls xsalloc made since it started
+    (microseconds only while time_driver_calls() was on)."""
+    return load().driver_calls()
+
+
 def empty_cache():
     """Returns every cached free block's memory to the driver (all devices), like torch.cuda.empty_cache()."""
     lib = load()

@@ -8,6 +8,7 @@ right after the call (the message is thread local in C).
 """
 
 import ctypes
+import json
 import os
 import threading
 
@@ -82,6 +83,8 @@ _DECLS = {
     "xsa_free": (_c.c_int, [_c.c_void_p]),
     "xsa_record_stream": (_c.c_int, [_c.c_void_p, _c.c_void_p]),
     "xsa_empty_cache": (_c.c_int, []),
+    "xsa_time_driver_calls": (_c.c_int, [_c.c_int]),
+    "xsa_driver_calls_json": (_c.c_int, [_c.c_char_p, _c.c_size_t, _c.POINTER(_c.c_size_t)]),
     "xsa_cache_info": (_c.c_int, [_c.c_int, _c.POINTER(_c.c_size_t), _c.POINTER(_c.c_size_t)]),
     "xsa_get_base_allocation": (_c.c_int, [_c.c_void_p, _c.POINTER(_c.c_void_p), _c.POINTER(_c.c_size_t)]),
     "xsa_set_memory_fraction": (_c.c_int, [_c.c_double, _c.c_int]),
@@ -187,6 +190,14 @@ class Library:
         n = ctypes.c_int()
         self.check(self.cdll.xsa_device_count(ctypes.byref(n)), "xsa_device_count")
         return n.value
+
+    def driver_calls(self):
+        """{entry point: [calls, microseconds]} since initialisation (xsa_driver_calls_json)."""
+        needed = ctypes.c_size_t()
+        self.cdll.xsa_driver_calls_json(None, 0, ctypes.byref(needed))
+        buf = ctypes.create_string_buffer(needed.value)
+        self.check(self.cdll.xsa_driver_calls_json(buf, needed.value, ctypes.byref(needed)), "xsa_driver_calls_json")
+        return json.loads(buf.value.decode())
 
     def stats(self, device):
         s = DeviceStats()

@@ -148,6 +148,15 @@ class TableTest(unittest.TestCase):
         # native rows come before xsalloc's whatever the order run
         self.assertLess(text.index("| gpt2 | native |"), text.index("| gpt2 | xsalloc | 2 (1"))
 
+    def test_driver_time_table_and_differences(self):
+        self.assertEqual(real_bench.calls_between({"mem_map": [3, 10.0]}, {"mem_map": [5, 30.0], "mem_create": [2, 8.0]}),
+                         {"mem_map": [2, 20.0], "mem_create": [2, 8.0]})
+        calls = {"first": {"mem_create": [10, 3000.0], "mem_map": [10, 500.0]}, "steady": {"mem_map": [2, 100.0]}}
+        rows = [result(1, "gpt2", "xsalloc", 10e9, 10e9, 3.0, driver_calls=calls), result(1, "gpt2", "native", 16e9, 10e9, 2.0)]
+        text = real_bench.table(rows)
+        self.assertIn("| gpt2 | xsalloc | 1 | 3.5 (20) | 0.1 (2) | mem_create 3.0 ms / 10, mem_map 0.5 ms / 10 |", text)
+        self.assertNotIn("| gpt2 | native | 1 | 3.5", text)
+
     def test_missing_statistics_and_lag_are_said(self):
         rows = [result(1, "resnet", "async", None, 5e9, 1.0),
                 result(1, "resnet", "xsalloc", 5e9, 5e9, 1.0, lag=None, lag_error="no lag probe data in /x")]

@@ -115,6 +115,18 @@ class TorchEntryPointTest(SimTestCase):
         self.fn(TORCH_RESET, "xsa_torch_empty_cache")()
         self.assertEqual(self.stat("reserved_bytes.all.current"), 0)
 
+    def test_driver_calls_counted_and_timed(self):
+        xsalloc.time_driver_calls(True)
+        before = xsalloc.driver_calls()
+        malloc = self.fn(TORCH_MALLOC, "xsa_torch_malloc")
+        p = malloc(5 * MiB, 0, None)  # a growth: new pages created and mapped
+        after = xsalloc.driver_calls()
+        xsalloc.time_driver_calls(False)
+        self.fn(TORCH_FREE, "xsa_torch_free")(p, 5 * MiB, 0, None)
+        created = after["mem_create"][0] - before.get("mem_create", [0, 0.0])[0]
+        self.assertGreaterEqual(created, 1)
+        self.assertGreater(after["mem_map"][1], before.get("mem_map", [0, 0.0])[1])  # microseconds went up
+
     def test_size_zero_is_null_without_a_message(self):
         with captured_stderr() as err:
             p = self.fn(TORCH_MALLOC, "xsa_torch_malloc")(0, 0, None)
