@@ -13,6 +13,11 @@
  * own. Polling (on malloc, free of an exported block, export, empty_cache)
  * drops the records whose state reads closed or revoked; a freed block
  * whose last record goes returns to the cache.
+ *
+ * A share (xsa_pool_ipc_share, for any number of importers) keeps no record:
+ * it names the whole handles under the block, whose segment keeps one fd
+ * open for each while it stays mapped (vmm/share.h), and the caller keeps
+ * the block allocated for as long as importers may open it.
  */
 #include "pool/pool_internal.h"
 
@@ -76,7 +81,7 @@ static uint64_t new_export_id(void) {
 static const char *refusal(const xsa_pool *p, const xsa_block *b) {
     if (!b->seg->expandable)
         return "it is in a classic cuMemAlloc segment; IPC export needs expandable segments";
-    if (!p->opt.ipc_handles) return "IPC is off; set ipc_handles:True in XSALLOC_CONF";
+    if (!p->opt.ipc_handles) return "IPC is off: set ipc_handles:True in XSALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF";
     if (!p->ipc)
         return "IPC is off: the driver refused exportable (POSIX file descriptor) memory handles, so ipc_handles "
                "fell back to ordinary pages";
@@ -170,5 +175,43 @@ xsa_pool_status xsa_pool_ipc_revoke(xsa_pool *p, uint64_t export_id, char *err, 
     }
     *link = e->next;
     drop(p, e);
+    return XSA_POOL_OK;
+}
+
+xsa_pool_status xsa_pool_ipc_share(xsa_pool *p, void *ptr, xsa_pool_share *out, char *err, size_t errlen) {
+    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
+    if (!b) {
+        snprintf(err, errlen, "xsa_ipc_share(%p): not a live allocation on device %d", ptr, p->device);
+        return XSA_POOL_BAD_POINTER;
+    }
+    const char *why = refusal(p, b);
+    if (why) {
+        snprintf(err, errlen, "xsa_ipc_share(%p) on device %d: %s", ptr, p->device, why);
+        return XSA_POOL_UNSUPPORTED;
+    }
+    xsa_segment *vm = &b->seg->vm;
+    size_t page = p->page_size, first = 0, last = (b->ptr + b->size - 1 - b->seg->base) / page;
+    xsa_segment_chunk(vm, (b->ptr - b->seg->base) / page, &first);
+    size_t count = 0;
+    for (size_t c = first; c <= last; c += vm->chunk_pages[c]) count++;
+    xsa_shared_chunk *chunks = malloc(count * sizeof *chunks);
+    if (!chunks) {
+        snprintf(err, errlen, "xsa_ipc_share(%p): out of host memory", ptr);
+        return XSA_POOL_HOST_OOM;
+    }
+    size_t i = 0;
+    for (size_t c = first; c <= last; c += vm->chunk_pages[c], i++) {
+        int fd = -1;
+        xsa_cu_result r = xsa_segment_share(vm, c, &fd, &chunks[i].id);
+        if (r != XSA_CU_SUCCESS) {
+            free(chunks); /* the fds exported so far stay with their chunks */
+            xsa_pool_driver_error(p, "exporting the block's handles (cuMemExportToShareableHandle)", r, err, errlen);
+            return XSA_POOL_DRIVER_ERROR;
+        }
+        chunks[i].fd = fd;
+        chunks[i].pages = (uint32_t)vm->chunk_pages[c];
+    }
+    *out = (xsa_pool_share){.chunks = chunks, .n_chunks = count, .page_size = page,
+                            .offset = b->ptr - xsa_segment_page_addr(vm, first)};
     return XSA_POOL_OK;
 }
