@@ -48,6 +48,7 @@ typedef struct import {
     void *key;              /* xsa_ipc_open's: a copy of the bytes; NULL for a handle */
     size_t key_len;
     int device, opens;
+    bool closing;           /* a close failed part-way: only closing again is allowed */
     struct import *next;
 } import;
 
@@ -194,7 +195,8 @@ xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr) 
 /* The open share of these bytes on `device`, or NULL. */
 static import *find_share(const void *bytes, size_t len, int device) {
     for (import *im = imports; im; im = im->next)
-        if (im->key && im->device == device && im->key_len == len && memcmp(im->key, bytes, len) == 0) return im;
+        if (im->key && !im->closing && im->device == device && im->key_len == len && memcmp(im->key, bytes, len) == 0)
+            return im;
     return NULL;
 }
 
@@ -274,6 +276,7 @@ xsa_status xsa_ipc_close(void *ptr) {
     if (r == XSA_CU_SUCCESS) return xsa_ok();
     pthread_mutex_lock(&imports_lock);
     im->opens = 1;
+    im->closing = true;
     link_import(im);
     pthread_mutex_unlock(&imports_lock);
     return driver_fail("xsa_ipc_close", im->seg.drv, "unmapping (cuMemUnmap/cuMemRelease/cuMemAddressFree; close again)", r);
@@ -303,7 +306,7 @@ static int check_import(const import *im, char *err, size_t errlen) {
                       : im->state && im->opens != 1                ? "a handle's import is open more than once"
                       : im->key && im->ptr != base                 ? "a share's pointer is not its range's start"
                       : im->ptr - base >= im->seg.page_size        ? "its pointer is past its first page"
-                      : im->seg.mapped_pages != im->seg.max_pages  ? "some of its pages are not mapped"
+                      : !im->closing && im->seg.mapped_pages != im->seg.max_pages ? "some of its pages are not mapped"
                                                                    : NULL;
     if (!why) return xsa_segment_check(&im->seg, err, errlen);
     snprintf(err, errlen, "import %#lx (open %d times): %s", (unsigned long)im->ptr, im->opens, why);
