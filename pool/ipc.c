@@ -34,7 +34,7 @@ bool xsa_ipc_probe(xsa_pool *p) {
     if (r != XSA_CU_SUCCESS || !fd_handles) return false;
     xsa_mem_handle h = 0;
     r = XSA_DRV(p->drv, mem_create, &h, p->page_size, p->device, 1);
-    if (r == XSA_CU_SUCCESS) XSA_DRV(p->drv, mem_release, h);
+    if (r == XSA_CU_SUCCESS && XSA_DRV(p->drv, mem_release, h) != XSA_CU_SUCCESS) p->probe_left = h;
     /* Only a refusal means "unsupported"; out of memory says nothing. */
     return r != XSA_CU_ERROR_NOT_SUPPORTED && r != XSA_CU_ERROR_INVALID_VALUE;
 }
@@ -62,6 +62,8 @@ void xsa_ipc_poll(xsa_pool *p) {
 }
 
 void xsa_ipc_destroy(xsa_pool *p) {
+    if (p->probe_left) XSA_DRV(p->drv, mem_release, p->probe_left);
+    p->probe_left = XSA_NO_HANDLE;
     while (p->exports) {
         xsa_export *e = p->exports;
         p->exports = e->next;

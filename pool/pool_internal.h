@@ -91,6 +91,7 @@ struct xsa_pool {
     xsa_pool_options opt;
     bool expandable;           /* effective (false when the device lacks VMM) */
     bool ipc;                  /* effective: exportable pages (ipc_handles, unless refused) */
+    xsa_mem_handle probe_left; /* the IPC probe's trial handle if its release failed: released at destroy */
     int peers[XSA_SEGMENT_MAX_ACCESS - 1]; /* devices granted access to every segment */
     int n_peers;
     xsa_export *exports;
