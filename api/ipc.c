@@ -13,7 +13,7 @@
  * and not on any hot path. They are not memory of a device's pool (nothing
  * is cached or split), so they use a vmm segment directly, not a pool.
  *
- * Sending: the struct goes as bytes, its n_pages + 1 fds (state first) as
+ * Sending: the struct goes as bytes, its n_handles + 1 fds (state first) as
  * SCM_RIGHTS ancillary data, in chunks of FDS_PER_MSG: the first with the
  * struct, each further one with one byte. The receiver reads exactly the
  * struct's bytes and then one byte per chunk, so it never reads into the
@@ -62,16 +62,24 @@ static const char *malformed(const xsa_ipc_handle *h) {
     if (h->magic != XSA_IPC_MAGIC || h->version != XSA_IPC_VERSION)
         return "not an xsalloc IPC handle (magic or version differ)";
     if (h->n_pages < 1 || h->n_pages > XSA_IPC_MAX_PAGES) return "its page count is out of range";
+    if (h->n_handles < 1 || h->n_handles > h->n_pages) return "its count of physical handles is out of range";
+    int64_t pages = 0;
+    for (int i = 0; i < h->n_handles; i++) {
+        if (h->pages[i] == 0 || h->pages[i] > XSA_IPC_MAX_PAGES) return "a physical handle's page count is out of range";
+        pages += h->pages[i];
+    }
+    if (pages != h->n_pages) return "its physical handles' pages do not add up to its page count";
     if (h->page_size == 0 || (h->page_size & (h->page_size - 1))) return "its page size is not a power of two";
-    if (h->offset >= h->page_size || h->size == 0 || h->size > (uint64_t)h->n_pages * h->page_size - h->offset)
+    if (h->offset >= h->pages[0] * h->page_size || h->size == 0 ||
+        h->size > (uint64_t)h->n_pages * h->page_size - h->offset)
         return "its offset and size do not fit its pages";
     return NULL;
 }
 
 static const char *missing_fd(const xsa_ipc_handle *h) {
     if (h->state_fd < 0) return "its state fd is closed (-1)";
-    for (int i = 0; i < h->n_pages; i++)
-        if (h->fds[i] < 0) return "a page fd is closed (-1)";
+    for (int i = 0; i < h->n_handles; i++)
+        if (h->fds[i] < 0) return "a physical handle's fd is closed (-1)";
     return NULL;
 }
 
@@ -106,9 +114,8 @@ static xsa_status driver_fail(const char *fn, xsa_driver *d, const char *call, x
                     "%s: %s failed: %s (CUresult %d)", fn, call, d->error_string(r), r);
 }
 
-/* Imports fds[0..n) (handles of pages[i] pages, or of one page each when
- * pages is NULL) and maps them in order into seg (initialised, nothing
- * mapped). The fds stay the caller's. */
+/* Imports fds[0..n) (handles of pages[i] pages) and maps them in order
+ * into seg (initialised, nothing mapped). The fds stay the caller's. */
 static xsa_status map_handles(const char *fn, xsa_driver *d, xsa_segment *seg, const int *fds, const uint32_t *pages,
                               size_t n, int device) {
     xsa_chunk *chunks = calloc(n, sizeof *chunks);
@@ -116,7 +123,7 @@ static xsa_status map_handles(const char *fn, xsa_driver *d, xsa_segment *seg, c
     size_t got = 0, total = 0;
     xsa_cu_result r = XSA_CU_SUCCESS;
     while (got < n && (r = XSA_DRV(d, mem_import_fd, &chunks[got].handle, fds[got], device)) == XSA_CU_SUCCESS) {
-        chunks[got].pages = pages ? pages[got] : 1;
+        chunks[got].pages = pages[got];
         total += chunks[got++].pages;
     }
     const char *call = "cuMemImportFromShareableHandle";
@@ -172,8 +179,8 @@ xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr) 
     import *im = calloc(1, sizeof *im);
     if (!im) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_ipc_import: out of host memory");
     if ((st = claim(handle, &im->state)) == XSA_SUCCESS &&
-        (st = map_import("xsa_ipc_import", (size_t)handle->n_pages, handle->page_size, handle->fds, NULL,
-                         (size_t)handle->n_pages, device, &im->seg)) != XSA_SUCCESS) {
+        (st = map_import("xsa_ipc_import", (size_t)handle->n_pages, handle->page_size, handle->fds, handle->pages,
+                         (size_t)handle->n_handles, device, &im->seg)) != XSA_SUCCESS) {
         /* The importer has nothing: the export is over for the exporter. */
         xsa_ipc_state_move(im->state, XSA_IPC_IMPORTED, XSA_IPC_CLOSED);
         xsa_ipc_state_unmap(im->state);
@@ -298,16 +305,19 @@ void xsa_ipc_close_all(void) {
     }
 }
 
-/* One import's record against its mapping; 1, or 0 with err filled. */
+/* One import's record against its mapping; 1, or 0 with err filled. A
+ * close that failed part-way may have unmapped some of it. */
 static int check_import(const import *im, char *err, size_t errlen) {
     uintptr_t base = (uintptr_t)im->seg.base;
-    const char *why = im->opens < 1                                ? "it is open no time"
-                      : !im->state == !im->key                     ? "it has both or neither of a state word and bytes"
-                      : im->state && im->opens != 1                ? "a handle's import is open more than once"
-                      : im->key && im->ptr != base                 ? "a share's pointer is not its range's start"
-                      : im->ptr - base >= im->seg.page_size        ? "its pointer is past its first page"
-                      : !im->closing && im->seg.mapped_pages != im->seg.max_pages ? "some of its pages are not mapped"
-                                                                   : NULL;
+    bool whole = !im->closing;
+    const char *why = im->opens < 1                    ? "it is open no time"
+                      : !im->state == !im->key         ? "it has both or neither of a state word and bytes"
+                      : im->state && im->opens != 1    ? "a handle's import is open more than once"
+                      : im->key && im->ptr != base     ? "a share's pointer is not its range's start"
+                      : whole && im->seg.mapped_pages != im->seg.max_pages ? "some of its pages are not mapped"
+                      : whole && im->ptr - base >= im->seg.chunk_pages[0] * im->seg.page_size
+                          ? "its pointer is past its first physical handle"
+                          : NULL;
     if (!why) return xsa_segment_check(&im->seg, err, errlen);
     snprintf(err, errlen, "import %#lx (open %d times): %s", (unsigned long)im->ptr, im->opens, why);
     return 0;
@@ -363,9 +373,9 @@ xsa_status xsa_ipc_send(int sock, const xsa_ipc_handle *h) {
         return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_send: bad handle: %s",
                         !h ? "NULL" : malformed(h) ? malformed(h) : missing_fd(h));
     int all[ALL_FDS];
-    int total = h->n_pages + 1;
+    int total = h->n_handles + 1;
     all[0] = h->state_fd;
-    memcpy(all + 1, h->fds, (size_t)h->n_pages * sizeof(int));
+    memcpy(all + 1, h->fds, (size_t)h->n_handles * sizeof(int));
     const char *bytes = (const char *)h;
     size_t sent = 0;
     int fds_sent = total < FDS_PER_MSG ? total : FDS_PER_MSG;
@@ -422,14 +432,15 @@ static xsa_status recv_all(int sock, xsa_ipc_handle *h, int *fds, int *nfds) {
     }
     const char *why = malformed(h);
     if (why) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: bad handle: %s", why);
-    while (*nfds < h->n_pages + 1) {
+    while (*nfds < h->n_handles + 1) {
         char byte;
         ssize_t n = recv_with_fds(sock, &byte, 1, fds, nfds);
         if (n <= 0) return n == 0 ? xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: the socket closed before all fds came")
                                   : socket_fail("xsa_ipc_recv", "recvmsg");
     }
-    if (*nfds != h->n_pages + 1)
-        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: %d fds came for a handle of %d pages", *nfds, h->n_pages);
+    if (*nfds != h->n_handles + 1)
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_recv: %d fds came for a handle of %d physical handles", *nfds,
+                        h->n_handles);
     return XSA_SUCCESS;
 }
 
@@ -445,6 +456,6 @@ xsa_status xsa_ipc_recv(int sock, xsa_ipc_handle *h) {
         return st;
     }
     h->state_fd = fds[0];
-    for (int i = 0; i < XSA_IPC_MAX_PAGES; i++) h->fds[i] = i < h->n_pages ? fds[i + 1] : -1;
+    for (int i = 0; i < XSA_IPC_MAX_PAGES; i++) h->fds[i] = i < h->n_handles ? fds[i + 1] : -1;
     return xsa_ok();
 }

@@ -224,8 +224,9 @@ XSA_API xsa_status xsa_enable_peer_access(int device, int peer);
  * physical pages exportable as POSIX file descriptors (if the driver
  * refuses, a warning is printed once per device and IPC stays off). A live
  * block of an expandable segment can then be exported: the handle describes
- * its pages (one fd each), where the block starts in the first page and its
- * size. Classic (cuMemAlloc) blocks cannot be exported.
+ * the physical handles under it, whole (one fd each; a physical handle
+ * holds one or more pages), where the block starts in them and its size.
+ * Classic (cuMemAlloc) blocks cannot be exported.
  *
  * Protocol and lifetime (one export = one importer):
  *  1. Exporter: xsa_ipc_export(ptr, &h). The fds in h are the caller's.
@@ -257,16 +258,18 @@ typedef struct xsa_ipc_handle {
     uint32_t version;        /* XSA_IPC_VERSION */
     uint64_t export_id;      /* unique per export (exporter's pid and a counter) */
     int32_t device;          /* exporter's device, in the exporter's numbering */
-    int32_t n_pages;
+    int32_t n_pages;         /* pages of all its physical handles */
     uint64_t page_size;
-    uint64_t offset;         /* block start inside the first page */
+    uint64_t offset;         /* block start past the first physical handle's start */
     uint64_t size;           /* block size */
     int32_t state_fd;        /* the shared state word's memfd, in this process */
-    int32_t fds[XSA_IPC_MAX_PAGES]; /* one per page, in this process; -1 past n_pages */
+    int32_t n_handles;       /* physical handles, in address order */
+    int32_t fds[XSA_IPC_MAX_PAGES];      /* one per physical handle, in this process; -1 past n_handles */
+    uint32_t pages[XSA_IPC_MAX_PAGES];   /* pages of each physical handle; 0 past n_handles */
 } xsa_ipc_handle;
 
 #define XSA_IPC_MAGIC 0x78736169u /* "xsai" */
-#define XSA_IPC_VERSION 1u
+#define XSA_IPC_VERSION 2u
 
 /* Exports the live block at `ptr` (the pointer xsa_malloc returned).
  * XSA_ERROR_NOT_SUPPORTED if IPC is off or the block is classic;
@@ -283,7 +286,7 @@ XSA_API xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void
  * share (xsa_ipc_open's base), unmapping it at the last. On a driver error
  * the import stays, and closing it again retries. */
 XSA_API xsa_status xsa_ipc_close(void *ptr);
-/* Sends the handle and its n_pages + 1 fds over a connected Unix socket
+/* Sends the handle and its n_handles + 1 fds over a connected Unix socket
  * (several messages when there are more fds than one message carries). */
 XSA_API xsa_status xsa_ipc_send(int socket_fd, const xsa_ipc_handle *handle);
 /* Receives a handle sent by xsa_ipc_send; its fds are the caller's. */

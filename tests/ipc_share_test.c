@@ -34,7 +34,7 @@
 static void *const S0 = NULL;
 
 /* api/ipc_share.c's layout, for the tests that tamper with bytes. */
-enum { AT_PID = 8, AT_REGISTRY_ID = 24, HEADER = 40, CHUNK = 16, CHUNK_FD = 0, CHUNK_ID = 8 };
+enum { AT_PID = 8, AT_N_CHUNKS = 20, AT_REGISTRY_ID = 24, HEADER = 40, CHUNK = 16, CHUNK_FD = 0, CHUNK_PAGES = 4, CHUNK_ID = 8 };
 
 static int open_fds(void) {
     int n = 0;
@@ -216,6 +216,40 @@ static void test_reused_fd_numbers_are_stale(void **state) {
     xsa_free_buffer(k.bytes), xsa_free_buffer(s.bytes), xsa_free_buffer(n.bytes);
     OK(xsa_free(keep));
     OK(xsa_free(next));
+}
+
+/* Physical handles of several pages: the share covers the whole handles
+ * under the block, from the one it starts inside of. */
+static void test_multi_page_handles(void **state) {
+    (void)state;
+    /* Handles hold 1/8 of the headroom: 64 MiB x 1 / 8 = 4 pages. */
+    OK(xsa_init("ipc_handles:True,page_recycling_headroom:1"));
+    OK(xsa_free(alloc(64 * MiB)));
+    void *pad = alloc(3 * MiB), *blk = alloc(10 * MiB); /* pages 1-6 of two 4-page handles */
+    fill(blk, 10 * MiB, 'H');
+    share s = share_of(blk), p = share_of(pad);
+    uint32_t n_chunks, pages[2];
+    memcpy(&n_chunks, (char *)s.bytes + AT_N_CHUNKS, sizeof n_chunks);
+    memcpy(&pages[0], (char *)s.bytes + HEADER + CHUNK_PAGES, sizeof pages[0]);
+    memcpy(&pages[1], (char *)s.bytes + HEADER + CHUNK + CHUNK_PAGES, sizeof pages[1]);
+    assert_true(n_chunks == 2 && pages[0] == 4 && pages[1] == 4);
+    assert_int_equal(s.offset, 3 * MiB);
+    assert_true(p.len == HEADER + CHUNK && memcmp(p.bytes, s.bytes, p.len - CHUNK) != 0); /* the first handle only */
+    size_t mapped = usage().mapped_bytes;
+    void *base = NULL, *pbase = NULL;
+    OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
+    assert_int_equal(usage().mapped_bytes, mapped + 16 * MiB);
+    assert_true(filled((char *)base + s.offset, 10 * MiB, 'H'));
+    fill(pad, 3 * MiB, 'P');
+    OK(xsa_ipc_open(p.bytes, p.len, 0, &pbase));
+    assert_true(filled((char *)pbase + p.offset, 3 * MiB, 'P') && filled((char *)base, 3 * MiB, 'P'));
+    fill((char *)base + s.offset, 10 * MiB, 'I');
+    assert_true(filled(blk, 10 * MiB, 'I'));
+    OK(xsa_ipc_close(pbase));
+    OK(xsa_ipc_close(base));
+    xsa_free_buffer(s.bytes), xsa_free_buffer(p.bytes);
+    OK(xsa_free(blk));
+    OK(xsa_free(pad));
 }
 
 /* ---- across fork ---- */
@@ -490,6 +524,7 @@ int main(void) {
         T(test_share_and_open_here),
         T(test_nothing_pinned_and_stale_after_release),
         T(test_reused_fd_numbers_are_stale),
+        T(test_multi_page_handles),
         T(test_two_importers_across_fork),
         T(test_exporter_exits),
         T(test_kernel_refusals_named),
