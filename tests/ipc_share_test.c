@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +251,52 @@ static void test_multi_page_handles(void **state) {
     xsa_free_buffer(s.bytes), xsa_free_buffer(p.bytes);
     OK(xsa_free(blk));
     OK(xsa_free(pad));
+}
+
+/* ---- threads ---- */
+
+#define THREADS 4
+
+static void *common;
+
+/* Shares its own block and the common one, opens, checks and closes both,
+ * again and again: the registry and the imports under concurrent use. */
+static void *share_loop(void *arg) {
+    size_t k = (size_t)arg;
+    void *own = NULL;
+    if (xsa_malloc(&own, (k + 1) * MiB, 0, S0) != XSA_SUCCESS) return "malloc";
+    memset(own, (int)('a' + k), (k + 1) * MiB);
+    const char *why = NULL;
+    for (int i = 0; i < 50 && !why; i++) {
+        void *blocks[2] = {own, common};
+        for (int b = 0; b < 2 && !why; b++) {
+            void *bytes = NULL, *base = NULL;
+            size_t len, offset;
+            if (xsa_ipc_share(blocks[b], &bytes, &len, &offset) != XSA_SUCCESS) why = "share";
+            else if (xsa_ipc_open(bytes, len, 0, &base) != XSA_SUCCESS) why = "open";
+            else if (*((char *)base + offset) != (b ? 'C' : (char)('a' + k))) why = "data";
+            if (base && xsa_ipc_close(base) != XSA_SUCCESS) why = "close";
+            xsa_free_buffer(bytes);
+        }
+    }
+    if (xsa_free(own) != XSA_SUCCESS) why = "free";
+    return (void *)why;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    OK(xsa_init("ipc_handles:True"));
+    common = alloc(2 * MiB);
+    memset(common, 'C', 2 * MiB);
+    pthread_t t[THREADS];
+    for (size_t k = 0; k < THREADS; k++) assert_int_equal(pthread_create(&t[k], NULL, share_loop, (void *)k), 0);
+    for (size_t k = 0; k < THREADS; k++) {
+        void *why = NULL;
+        assert_int_equal(pthread_join(t[k], &why), 0);
+        if (why) fail_msg("thread %zu: %s failed: %s", k, (const char *)why, xsa_last_error());
+    }
+    INVARIANTS();
+    OK(xsa_free(common));
 }
 
 /* ---- across fork ---- */
@@ -525,6 +572,7 @@ int main(void) {
         T(test_nothing_pinned_and_stale_after_release),
         T(test_reused_fd_numbers_are_stale),
         T(test_multi_page_handles),
+        T(test_threads),
         T(test_two_importers_across_fork),
         T(test_exporter_exits),
         T(test_kernel_refusals_named),
