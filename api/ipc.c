@@ -1,17 +1,22 @@
 /*
- * api/ipc: importing exported blocks, and sending handles over Unix sockets
- * (protocol and lifetime rules in api/xsalloc.h).
+ * api/ipc: importing exported blocks and opening shares, and sending
+ * handles over Unix sockets (protocol and lifetime rules in api/xsalloc.h).
  *
  * Design: an import claims the handle first (state EXPORTED -> IMPORTED on
  * the shared word, so a handle imports once and a stale one is refused
  * before any driver call), then reserves a range of its own as a vmm
- * segment, imports each page's fd (cuMemImportFromShareableHandle) and maps
- * the handles there with access for the importing device: the segment code
- * does the mapping, access and undo. A failed import ends the export
- * (CLOSED), so the exporter does not keep the block pinned for an importer
- * that has nothing. Imports are kept in a list under one mutex; they are few
- * and not on any hot path. They are not memory of a device's pool (nothing
- * is cached or split), so they use a vmm segment directly, not a pool.
+ * segment, imports each physical handle's fd (cuMemImportFromShareableHandle)
+ * and maps them there, whole, with access for the importing device: the
+ * segment code does the mapping, access and undo. A failed import ends the
+ * export (CLOSED), so the exporter does not keep the block pinned for an
+ * importer that has nothing. Opening a share's bytes takes the exporter's
+ * fds (api/ipc_share.c) and maps them the same way; the bytes are the
+ * record's key, so the same bytes on the same device map once and count
+ * their opens. Imports are kept in a list under one mutex, held while a
+ * share maps so that concurrent opens of it map once; they are few and not
+ * on any hot path. They are not memory of a device's pool (nothing is
+ * cached or split), so they use a vmm segment directly, not a pool. A close
+ * that fails part-way keeps its record, set apart, for a close again.
  *
  * Sending: the struct goes as bytes, its n_handles + 1 fds (state first) as
  * SCM_RIGHTS ancillary data, in chunks of FDS_PER_MSG: the first with the

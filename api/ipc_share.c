@@ -56,22 +56,29 @@ xsa_status xsa_ipc_share_encode(int device, const xsa_pool_share *s, void **byte
     return XSA_SUCCESS;
 }
 
-/* Why the bytes are not a share, or NULL; *h and *chunks point into them. */
-static const char *malformed(const void *bytes, size_t len, share_header *h, const xsa_shared_chunk **chunks) {
+/* Handle i of the bytes' chunks (which may lie at any alignment). */
+static xsa_shared_chunk chunk_at(const char *chunks, uint32_t i) {
+    xsa_shared_chunk c;
+    memcpy(&c, chunks + (size_t)i * sizeof c, sizeof c);
+    return c;
+}
+
+/* Why the bytes are not a share, or NULL; *h is their header and *chunks
+ * where their handles start. */
+static const char *malformed(const void *bytes, size_t len, share_header *h, const char **chunks) {
     if (len < sizeof *h) return "too short for an xsalloc share";
     memcpy(h, bytes, sizeof *h);
     if (h->magic != SHARE_MAGIC || h->version != SHARE_VERSION)
         return "not the bytes of xsa_ipc_share (magic or version differ)";
-    if (h->n_chunks == 0 || (len - sizeof *h) / sizeof(xsa_shared_chunk) != h->n_chunks ||
+    if (h->n_chunks == 0 || h->n_chunks > (1u << 24) || (len - sizeof *h) / sizeof(xsa_shared_chunk) != h->n_chunks ||
         (len - sizeof *h) % sizeof(xsa_shared_chunk))
         return "its length does not match its count of handles";
     if (h->pid <= 0 || h->registry_fd < 0 || !h->registry_id) return "it names no exporting process";
     if (h->page_size == 0 || (h->page_size & (h->page_size - 1))) return "its page size is not a power of two";
-    *chunks = (const xsa_shared_chunk *)((const char *)bytes + sizeof *h);
+    *chunks = (const char *)bytes + sizeof *h;
     uint64_t pages = 0;
     for (uint32_t i = 0; i < h->n_chunks; i++) {
-        xsa_shared_chunk c;
-        memcpy(&c, &(*chunks)[i], sizeof c);
+        xsa_shared_chunk c = chunk_at(*chunks, i);
         if (c.fd < 0 || !c.id || c.pages == 0) return "a handle has no fd, id or pages";
         pages += c.pages;
     }
@@ -118,10 +125,9 @@ static xsa_status take_failed(xsa_driver *d, xsa_cu_result r, int pid) {
 }
 
 /* Does the exporter's registry still name every handle with its id? */
-static bool all_registered(const xsa_share_view *v, const xsa_shared_chunk *chunks, uint32_t n) {
+static bool all_registered(const xsa_share_view *v, const char *chunks, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) {
-        xsa_shared_chunk c;
-        memcpy(&c, &chunks[i], sizeof c);
+        xsa_shared_chunk c = chunk_at(chunks, i);
         if (!xsa_share_view_has(v, c.fd, c.id)) return false;
     }
     return true;
@@ -135,7 +141,7 @@ static xsa_status stale(int pid) {
 }
 
 /* Takes the fds of the handles from the exporter, registry-checked. */
-static xsa_status take_checked(xsa_driver *d, const share_header *h, const xsa_shared_chunk *chunks, int *fds) {
+static xsa_status take_checked(xsa_driver *d, const share_header *h, const char *chunks, int *fds) {
     int reg = -1;
     xsa_cu_result r = XSA_DRV(d, process_get_fds, h->pid, &h->registry_fd, 1, &reg);
     if (r != XSA_CU_SUCCESS) return take_failed(d, r, h->pid);
@@ -151,7 +157,7 @@ static xsa_status take_checked(xsa_driver *d, const share_header *h, const xsa_s
         xsa_share_view_close(&v);
         return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_ipc_open: out of host memory");
     }
-    for (uint32_t i = 0; i < h->n_chunks; i++) memcpy(&want[i], &chunks[i].fd, sizeof want[i]);
+    for (uint32_t i = 0; i < h->n_chunks; i++) want[i] = chunk_at(chunks, i).fd;
     r = XSA_DRV(d, process_get_fds, h->pid, want, (int)h->n_chunks, fds);
     free(want);
     xsa_status st = r == XSA_CU_SUCCESS ? XSA_SUCCESS : take_failed(d, r, h->pid);
@@ -165,11 +171,10 @@ static xsa_status take_checked(xsa_driver *d, const share_header *h, const xsa_s
 
 xsa_status xsa_ipc_share_take(const void *bytes, size_t len, xsa_ipc_taken *out) {
     share_header h;
-    const xsa_shared_chunk *chunks = NULL;
+    const char *chunks = NULL;
     const char *why = malformed(bytes, len, &h, &chunks);
     if (why) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_open: bad handle: %s", why);
-    xsa_driver *d = xsa_active_driver();
-    if (!d) return XSA_ERROR_NO_DRIVER;
+    xsa_driver *d = xsa_active_driver(); /* initialised: the caller checked the device */
     *out = (xsa_ipc_taken){.n = (int)h.n_chunks, .page_size = h.page_size};
     out->fds = malloc(h.n_chunks * sizeof *out->fds);
     out->pages = malloc(h.n_chunks * sizeof *out->pages);
@@ -181,7 +186,7 @@ xsa_status xsa_ipc_share_take(const void *bytes, size_t len, xsa_ipc_taken *out)
         *out = (xsa_ipc_taken){0};
         return st;
     }
-    for (uint32_t i = 0; i < h.n_chunks; i++) memcpy(&out->pages[i], &chunks[i].pages, sizeof out->pages[i]);
+    for (uint32_t i = 0; i < h.n_chunks; i++) out->pages[i] = chunk_at(chunks, i).pages;
     return XSA_SUCCESS;
 }
 
