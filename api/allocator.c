@@ -27,6 +27,7 @@
 #include "api/lag_probe.h"
 #include "api/ranges.h"
 #include "pool/pool.h"
+#include "vmm/share.h"
 #include "vmm/sim.h"
 
 typedef struct device_slot {
@@ -462,6 +463,26 @@ xsa_status xsa_ipc_export(void *ptr, xsa_ipc_handle *handle) {
     return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
 }
 
+xsa_status xsa_ipc_share(void *ptr, void **bytes, size_t *len, size_t *offset) {
+    if (!bytes || !len || !offset) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_share: bytes, len or offset is NULL");
+    *bytes = NULL, *len = 0, *offset = 0;
+    int device;
+    xsa_pool *p;
+    xsa_status st = lock_owner("xsa_ipc_share", ptr, &device, &p);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool_share share;
+    xsa_pool_status ps = xsa_pool_ipc_share(p, ptr, &share, xsa_error_buffer(), XSA_ERROR_MAX);
+    /* Encoded under the lock: the handles stay mapped while it is held. */
+    if (ps == XSA_POOL_OK) {
+        st = xsa_ipc_share_encode(device, &share, bytes, len);
+        *offset = st == XSA_SUCCESS ? share.offset : 0;
+        free(share.chunks);
+    }
+    unlock_pool(device);
+    if (ps != XSA_POOL_OK) return from_pool(ps);
+    return st == XSA_SUCCESS ? xsa_ok() : st;
+}
+
 xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle) {
     if (!handle || handle->magic != XSA_IPC_MAGIC)
         return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_revoke: not an xsalloc IPC handle");
@@ -482,6 +503,7 @@ xsa_status xsa_check_invariants(int device) {
     char *err = xsa_error_buffer();
     int ok = xsa_pool_check(p, err, XSA_ERROR_MAX);
     unlock_pool(device);
+    if (ok) ok = xsa_ipc_check(err, XSA_ERROR_MAX) && xsa_share_check(err, XSA_ERROR_MAX);
     if (ok && strcmp(g.drv->name, "sim") == 0) ok = xsa_sim_check(err, XSA_ERROR_MAX);
     return ok ? xsa_ok() : XSA_ERROR_INVALID_VALUE;
 }

@@ -67,8 +67,8 @@ XSA_API xsa_status xsa_init(const char *conf);
 /* Frees every cached block, returns all memory to the driver and forgets the
  * configuration. Live allocations are released too (their pointers become
  * invalid); xsa_live_allocations tells how many there were. Blocks this
- * process imported (xsa_ipc_import) are closed; exports not yet imported
- * are revoked. */
+ * process imported (xsa_ipc_import, xsa_ipc_open) are closed; exports not
+ * yet imported are revoked, and shares (xsa_ipc_share) become stale. */
 XSA_API xsa_status xsa_shutdown(void);
 
 XSA_API xsa_status xsa_device_count(int *count);
@@ -224,8 +224,9 @@ XSA_API xsa_status xsa_enable_peer_access(int device, int peer);
  * physical pages exportable as POSIX file descriptors (if the driver
  * refuses, a warning is printed once per device and IPC stays off). A live
  * block of an expandable segment can then be exported: the handle describes
- * its pages (one fd each), where the block starts in the first page and its
- * size. Classic (cuMemAlloc) blocks cannot be exported.
+ * the physical handles under it, whole (one fd each; a physical handle
+ * holds one or more pages), where the block starts in them and its size.
+ * Classic (cuMemAlloc) blocks cannot be exported.
  *
  * Protocol and lifetime (one export = one importer):
  *  1. Exporter: xsa_ipc_export(ptr, &h). The fds in h are the caller's.
@@ -257,16 +258,18 @@ typedef struct xsa_ipc_handle {
     uint32_t version;        /* XSA_IPC_VERSION */
     uint64_t export_id;      /* unique per export (exporter's pid and a counter) */
     int32_t device;          /* exporter's device, in the exporter's numbering */
-    int32_t n_pages;
+    int32_t n_pages;         /* pages of all its physical handles */
     uint64_t page_size;
-    uint64_t offset;         /* block start inside the first page */
+    uint64_t offset;         /* block start past the first physical handle's start */
     uint64_t size;           /* block size */
     int32_t state_fd;        /* the shared state word's memfd, in this process */
-    int32_t fds[XSA_IPC_MAX_PAGES]; /* one per page, in this process; -1 past n_pages */
+    int32_t n_handles;       /* physical handles, in address order */
+    int32_t fds[XSA_IPC_MAX_PAGES];      /* one per physical handle, in this process; -1 past n_handles */
+    uint32_t pages[XSA_IPC_MAX_PAGES];   /* pages of each physical handle; 0 past n_handles */
 } xsa_ipc_handle;
 
 #define XSA_IPC_MAGIC 0x78736169u /* "xsai" */
-#define XSA_IPC_VERSION 1u
+#define XSA_IPC_VERSION 2u
 
 /* Exports the live block at `ptr` (the pointer xsa_malloc returned).
  * XSA_ERROR_NOT_SUPPORTED if IPC is off or the block is classic;
@@ -279,15 +282,57 @@ XSA_API xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle);
 /* Maps an exported block into this process for use on `device`.
  * XSA_ERROR_INVALID_VALUE for a malformed or stale handle. */
 XSA_API xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr);
-/* Unmaps an imported block and tells the exporter. */
+/* Unmaps an imported block and tells the exporter; or ends one open of a
+ * share (xsa_ipc_open's base), unmapping it at the last. On a driver error
+ * the import stays, and closing it again retries. */
 XSA_API xsa_status xsa_ipc_close(void *ptr);
-/* Sends the handle and its n_pages + 1 fds over a connected Unix socket
+/* Sends the handle and its n_handles + 1 fds over a connected Unix socket
  * (several messages when there are more fds than one message carries). */
 XSA_API xsa_status xsa_ipc_send(int socket_fd, const xsa_ipc_handle *handle);
 /* Receives a handle sent by xsa_ipc_send; its fds are the caller's. */
 XSA_API xsa_status xsa_ipc_recv(int socket_fd, xsa_ipc_handle *handle);
 /* Closes the handle's fds (those >= 0) and sets them to -1. */
 XSA_API void xsa_ipc_handle_close(xsa_ipc_handle *handle);
+
+/* ---- Several processes: a block shared as bytes, for any number of
+ * importers (what torch.multiprocessing sends a CUDA tensor as) ----
+ *
+ * xsa_ipc_share describes a live block as a byte string that any process
+ * may open, any number of times, with no fd to send along: the bytes name
+ * the exporting process and the fds it keeps open for the block's physical
+ * handles, and the importer takes them itself (pidfd_getfd(2)). It needs
+ * ipc_handles:True, like xsa_ipc_export. Lifetime:
+ *  - The bytes cover the whole physical handles under the block (a handle
+ *    holds one or more pages): *offset says where the block starts in them.
+ *    The same block, or another over the same handles, gives the same bytes
+ *    again, so an importer maps them once.
+ *  - Nothing is pinned. The exporter keeps one fd open per shared handle
+ *    for as long as the handle stays mapped in its segment, and the caller
+ *    keeps the block allocated until every importer has opened the bytes
+ *    and is done with the memory (torch's CUDA IPC reference counting does
+ *    this). Once the handles are unmapped (the block freed and its pages
+ *    released or moved, or xsa_shutdown) the bytes are stale: an open
+ *    refuses them, never maps other memory in their place.
+ *  - Ordering of GPU work across processes is the caller's: synchronize
+ *    the writes before sending, and the importer's work before its close.
+ * Taking another process's fds needs the kernel's ptrace permission over
+ * it (the same user with Yama ptrace_scope 0, or the exporter naming the
+ * importer with prctl(PR_SET_PTRACER), or CAP_SYS_PTRACE) and Linux 5.6. */
+
+/* Shares the live block at `ptr` (the pointer xsa_malloc returned).
+ * *bytes (free with xsa_free_buffer) and *len: the byte string; *offset:
+ * where ptr is in the memory it describes. XSA_ERROR_NOT_SUPPORTED if IPC
+ * is off or the block is classic. */
+XSA_API xsa_status xsa_ipc_share(void *ptr, void **bytes, size_t *len, size_t *offset);
+/* Maps the memory the bytes describe into this process for use on
+ * `device`; *base is its start (add xsa_ipc_share's offset). The same
+ * bytes opened again on the same device give the same base; each open is
+ * ended by one xsa_ipc_close(base). XSA_ERROR_INVALID_VALUE for bytes that
+ * are not a share or are stale (the exporter exited or unmapped the
+ * memory); XSA_ERROR_NOT_SUPPORTED, naming the cause, when the kernel
+ * refuses to hand over the fds (EPERM: its ptrace restrictions) or lacks
+ * pidfd_getfd. */
+XSA_API xsa_status xsa_ipc_open(const void *bytes, size_t len, int device, void **base);
 
 /* Runs every invariant checker of the device's allocator (blocks tile the
  * segments, free sets hold exactly the free blocks, stats equal a recount,

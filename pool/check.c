@@ -91,8 +91,8 @@ static int check_pages(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     return 1;
 }
 
-/* No chunk is larger than the pool creates (expandable_handle_mb; one page
- * with IPC): recycling only moves the pool's own chunks. */
+/* No chunk is larger than the pool creates (expandable_handle_mb):
+ * recycling only moves the pool's own chunks. */
 static int check_chunk_sizes(const xsa_pool *p, const xsa_seg *s, char *err, size_t n) {
     size_t cap = xsa_recycle_max_chunk_pages(p);
     for (size_t pg = 0; pg < s->vm.max_pages; pg++)

@@ -60,6 +60,7 @@ static const char *fallback_warning(const xsa_pool *p) {
 }
 
 static void destroy_empty(xsa_pool *p) {
+    xsa_ipc_destroy(p); /* the probe's handle, if its release failed */
     xsa_ptr_map_destroy(&p->allocated);
     free(p);
 }

@@ -103,6 +103,29 @@ xsa_pool_status xsa_pool_ipc_export(xsa_pool *p, void *ptr, xsa_ipc_handle *out,
 /* Ends a pending export that was not imported. */
 xsa_pool_status xsa_pool_ipc_revoke(xsa_pool *p, uint64_t export_id, char *err, size_t errlen);
 
+/* One physical handle under a shared block: its fd in this process, the
+ * fd's registration id (vmm/share.h) and its pages. */
+typedef struct xsa_shared_chunk {
+    int32_t fd;
+    uint32_t pages;
+    uint64_t id;
+} xsa_shared_chunk;
+
+/* What xsa_pool_ipc_share gives: the handles under the block, whole, in
+ * address order (malloc'd; the caller frees chunks), the pages' size, and
+ * where the block starts past the first handle's start. */
+typedef struct xsa_pool_share {
+    xsa_shared_chunk *chunks;
+    size_t n_chunks;
+    size_t page_size;
+    size_t offset;
+} xsa_pool_share;
+
+/* Shares the live allocation at ptr with any number of importers (the
+ * protocol is in api/xsalloc.h, xsa_ipc_share). Nothing is pinned: each
+ * handle's fd stays open while the handle stays mapped. */
+xsa_pool_status xsa_pool_ipc_share(xsa_pool *p, void *ptr, xsa_pool_share *out, char *err, size_t errlen);
+
 /* Memory pools (semantics in api/xsalloc.h, xsa_mempool_create and on).
  * Id {0, 0} (the global pool) is XSA_POOL_INVALID, and so are releasing
  * a pool that does not exist or is released, routing twice to one pool and

@@ -91,6 +91,7 @@ struct xsa_pool {
     xsa_pool_options opt;
     bool expandable;           /* effective (false when the device lacks VMM) */
     bool ipc;                  /* effective: exportable pages (ipc_handles, unless refused) */
+    xsa_mem_handle probe_left; /* the IPC probe's trial handle if its release failed: released at destroy */
     int peers[XSA_SEGMENT_MAX_ACCESS - 1]; /* devices granted access to every segment */
     int n_peers;
     xsa_export *exports;
@@ -279,8 +280,7 @@ int64_t xsa_pool_allocated_high(const xsa_pool *p);
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages);
 /* A new chunk holds at most 1/XSA_HEADROOM_PER_CHUNK of the headroom. */
 #define XSA_HEADROOM_PER_CHUNK 8.0
-/* The most pages of any chunk the pool creates (expandable_handle_mb; 1
- * with IPC), and the pages of each new chunk of a growth for a request of
+/* The most pages of any chunk the pool creates (expandable_handle_mb), and the pages of each new chunk of a growth for a request of
  * `size` bytes (the handle-size rule, design in recycle.c). */
 size_t xsa_recycle_max_chunk_pages(const xsa_pool *p);
 size_t xsa_recycle_new_chunk_pages(const xsa_pool *p, size_t size);

@@ -78,8 +78,7 @@ static double high_with(const xsa_pool *p, size_t size) {
 
 size_t xsa_recycle_max_chunk_pages(const xsa_pool *p) {
     size_t cap = p->opt.handle_size / p->page_size;
-    /* IPC exports a block's pages one handle each. */
-    return p->ipc || cap < 1 ? 1 : cap;
+    return cap < 1 ? 1 : cap;
 }
 
 size_t xsa_recycle_new_chunk_pages(const xsa_pool *p, size_t size) {

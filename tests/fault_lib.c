@@ -20,7 +20,7 @@
 #include "api/xsalloc.h"
 #include "vmm/sim.h"
 
-typedef enum { STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY, STEP_BEGIN, STEP_END, STEP_RELEASE } step_kind;
+typedef enum { STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY, STEP_BEGIN, STEP_END, STEP_RELEASE, STEP_SHARE } step_kind;
 
 typedef struct snapshot {
     xsa_device_stats stats;
@@ -37,6 +37,7 @@ typedef struct runner {
     void **ptrs;   /* by trace id */
     size_t *sizes; /* scaled size of each live id */
     bool initialised;
+    char said[1024]; /* a failed step's sentence when later calls of the step cleared it (share steps) */
     char *err;
     size_t errlen;
 } runner;
@@ -62,10 +63,13 @@ static int fail(runner *r, const char *fmt, ...) {
 /* Capacities leave room for the fault-free run (classic segments fragment)
  * but are small enough for the out-of-memory fallback to run now and then. */
 const fi_case fi_cases[] = {
-    {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB, 0},
-    {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB, 0},
-    {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB, 250},
-    {"multistream classic", TRACES "synthetic_multistream.trace.gz", "expandable_segments:False", 5000, 1, 4 * GiB, 250},
+    {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB, 0, 0},
+    {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB, 0, 0},
+    {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB, 250, 0},
+    {"multistream classic", TRACES "synthetic_multistream.trace.gz", "expandable_segments:False", 5000, 1, 4 * GiB, 250, 0},
+    /* Headroom 1: handles of several pages (1/8 of the highest allocated bytes). */
+    {"gpt2 expandable+recycling+shares", TRACES "gpt2_varlen.trace.gz", "ipc_handles:True,page_recycling_headroom:1", 3000, 16,
+     2 * GiB, 0, 25},
 };
 const size_t fi_n_cases = sizeof fi_cases / sizeof fi_cases[0];
 
@@ -134,6 +138,31 @@ static xsa_status do_free(runner *r, uint32_t id, bool *tag_ok) {
     return st;
 }
 
+/* Shares live allocation id, opens the share twice in this process and
+ * checks its tag through the import, then closes both opens (retrying a
+ * failed close once: a fault fires once). The first failure is returned. */
+static xsa_status do_share(runner *r, uint32_t id, bool *tag_ok) {
+    r->said[0] = '\0';
+    void *bytes = NULL, *base = NULL, *again = NULL;
+    size_t len = 0, offset = 0;
+    xsa_status st = xsa_ipc_share(r->ptrs[id], &bytes, &len, &offset);
+    /* The fault hit the pool's probe of exportable handles: IPC is off. */
+    if (st == XSA_ERROR_NOT_SUPPORTED && r->o->fired && strstr(xsa_last_error(), "fell back")) return XSA_SUCCESS;
+    if (st == XSA_SUCCESS) st = xsa_ipc_open(bytes, len, 0, &base);
+    if (st == XSA_SUCCESS) {
+        *tag_ok = tag_intact((char *)base + offset, id, r->sizes[id]);
+        st = xsa_ipc_open(bytes, len, 0, &again);
+        for (int open = again ? 2 : 1; open > 0; open--) {
+            xsa_status c = xsa_ipc_close(base);
+            if (c == XSA_SUCCESS) continue;
+            if (st == XSA_SUCCESS) st = c, snprintf(r->said, sizeof r->said, "%s", xsa_last_error());
+            xsa_ipc_close(base); /* the import stays after a failed close: closed again */
+        }
+    }
+    xsa_free_buffer(bytes);
+    return st;
+}
+
 /* The capture's streams: trace stream 1. */
 static bool captured(void *ctx, void *stream) {
     (void)ctx;
@@ -157,6 +186,7 @@ static xsa_status do_step(runner *r, step_kind kind, const xsa_trace_event *e, u
     }
     case STEP_EMPTY: return xsa_empty_cache();
     case STEP_FREE: return do_free(r, id, tag_ok);
+    case STEP_SHARE: return do_share(r, id, tag_ok);
     case STEP_EVENT: break;
     }
     if (e->kind == XSA_TRACE_ALLOC) return do_malloc(r, e->id, scaled(r, e->bytes), e->stream);
@@ -209,12 +239,12 @@ static int check_invariants(runner *r) {
 }
 
 /* The failed request's status must name the injected error. */
-static int check_failed_status(runner *r, step_kind kind, xsa_status st) {
+static int check_failed_status(runner *r, step_kind kind, xsa_status st, const char *msg) {
     xsa_status want = fi_error_for(r->entry) == XSA_CU_ERROR_OUT_OF_MEMORY ? XSA_ERROR_OUT_OF_MEMORY
                       : kind == STEP_INIT && !r->initialised           ? XSA_ERROR_NO_DRIVER
                                                                        : XSA_ERROR_DRIVER;
-    if (st != want) return fail(r, "returned %s (%s), expected %s", xsa_status_name(st), xsa_last_error(), xsa_status_name(want));
-    if (!xsa_last_error()[0]) return fail(r, "%s without a message", xsa_status_name(st));
+    if (st != want) return fail(r, "returned %s (%s), expected %s", xsa_status_name(st), msg, xsa_status_name(want));
+    if (!msg[0]) return fail(r, "%s without a message", xsa_status_name(st));
     return 0;
 }
 
@@ -225,15 +255,17 @@ static int run_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_
     if (armed) take_snapshot(r, &before);
     bool tag_ok;
     xsa_status st = do_step(r, kind, e, id, &tag_ok);
-    const char *msg = st == XSA_SUCCESS ? "" : xsa_last_error();
+    const char *msg = st == XSA_SUCCESS ? "" : r->said[0] ? r->said : xsa_last_error();
     bool hit = armed && calls_of(r->entry) >= r->nth && calls_before < r->nth;
     r->o->steps++;
-    if (!tag_ok) return fail(r, "freed allocation id %u: its data changed while it was live", e ? e->id : id);
+    if (!tag_ok)
+        return fail(r, "allocation id %u: its data changed while it was live (checked at its free, or through a share)",
+                    e ? e->id : id);
     if (hit) {
         r->o->fired = 1;
         r->o->errored = st != XSA_SUCCESS;
         if (st != XSA_SUCCESS) {
-            if (check_failed_status(r, kind, st)) return -1;
+            if (check_failed_status(r, kind, st, msg)) return -1;
             take_snapshot(r, &after);
             if (compare(r, &before, &after)) return -1;
         }
@@ -281,7 +313,12 @@ static int run_workload(runner *r) {
     if (run_step(r, STEP_INIT, NULL, 0)) return -1;
     for (size_t i = 0; i < t->n_events; i++) {
         if (graph_steps(r, i)) return -1;
-        if (run_step(r, STEP_EVENT, &t->events[i], 0)) return -1;
+        const xsa_trace_event *e = &t->events[i];
+        if (run_step(r, STEP_EVENT, e, 0)) return -1;
+        size_t every = r->w->c.share_every;
+        if (every && (i + 1) % every == 0 && e->kind == XSA_TRACE_ALLOC && r->ptrs[e->id] &&
+            run_step(r, STEP_SHARE, NULL, e->id))
+            return -1;
         if ((i + 1) % FI_COMPLETE_EVERY == 0) xsa_sim_complete_all();
         if ((i + 1) % FI_EMPTY_EVERY == 0 && run_step(r, STEP_EMPTY, NULL, 0)) return -1;
     }

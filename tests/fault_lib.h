@@ -40,7 +40,8 @@
  *   recycling) but never up; events are not compared (the pool keeps spare
  *   and fence events as a cache; they are counted at shutdown);
  * - every live allocation keeps its data: each allocation carries a tag
- *   at both ends, checked when it is freed and after the failed request;
+ *   at both ends, checked when it is freed, through each import of a
+ *   share of it, and after the failed request;
  * - the invariant checker (pool + simulated driver) passes every
  *   `check_every` steps from the failed step on, and at the end (until
  *   the fault fires the run is the fault-free run, which both callers
@@ -69,6 +70,7 @@ typedef struct fi_case {
     unsigned divisor;     /* allocation sizes are divided by this */
     size_t capacity;      /* simulated device bytes */
     size_t graph_window;  /* events per window of graph capture windows; 0: none */
+    size_t share_every;   /* share and open every share_every-th allocation event; 0: none */
 } fi_case;
 
 typedef struct fi_workload {

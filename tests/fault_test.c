@@ -53,6 +53,7 @@ static void test_gpt2_expandable(void **state) { (void)state; run_case(&fi_cases
 static void test_resnet_classic(void **state) { (void)state; run_case(&fi_cases[1]); }
 static void test_multistream_expandable(void **state) { (void)state; run_case(&fi_cases[2]); }
 static void test_multistream_classic(void **state) { (void)state; run_case(&fi_cases[3]); }
+static void test_gpt2_shares(void **state) { (void)state; run_case(&fi_cases[4]); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -60,6 +61,7 @@ int main(void) {
         cmocka_unit_test(test_resnet_classic),
         cmocka_unit_test(test_multistream_expandable),
         cmocka_unit_test(test_multistream_classic),
+        cmocka_unit_test(test_gpt2_shares),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -295,7 +295,7 @@ static void round_trip(int type, void *blk, size_t size, int pages) {
     close(sv[0]);
     close(sv[1]);
     assert_int_equal(got.n_pages, pages);
-    assert_true(got.fds[pages - 1] >= 0 && got.fds[pages] == -1 && got.state_fd >= 0);
+    assert_true(got.n_handles == pages && got.fds[pages - 1] >= 0 && got.fds[pages] == -1 && got.state_fd >= 0);
     void *q = NULL;
     OK(xsa_ipc_import(&got, 0, &q));
     xsa_ipc_handle_close(&got);
@@ -319,6 +319,41 @@ static void test_many_pages_over_a_socket(void **state) {
     xsa_ipc_handle h;
     FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_export(huge, &h), "at most 1024");
     OK(xsa_free(huge));
+}
+
+/* Physical handles of several pages: exported whole, one fd each, from the
+ * one the block starts inside of. */
+static void test_multi_page_handles(void **state) {
+    (void)state;
+    /* Handles hold 1/8 of the headroom: 64 MiB x 1 / 8 = 4 pages. */
+    OK(xsa_init("ipc_handles:True,page_recycling_headroom:1"));
+    OK(xsa_free(alloc(64 * MiB, 0, S0)));
+    void *pad = alloc(3 * MiB, 0, S0), *blk = alloc(10 * MiB, 0, S0); /* pages 1-6 of two 4-page handles */
+    fill(blk, 10 * MiB, 'H');
+    xsa_ipc_handle h;
+    OK(xsa_ipc_export(blk, &h));
+    assert_true(h.n_handles == 2 && h.pages[0] == 4 && h.pages[1] == 4 && h.n_pages == 8);
+    assert_true(h.fds[1] >= 0 && h.fds[2] == -1 && h.offset == 3 * MiB);
+    xsa_ipc_handle got;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    OK(xsa_ipc_send(sv[0], &h));
+    xsa_ipc_handle_close(&h);
+    OK(xsa_ipc_recv(sv[1], &got));
+    close(sv[0]);
+    close(sv[1]);
+    assert_true(got.n_handles == 2 && got.fds[1] >= 0 && got.fds[2] == -1);
+    void *q = NULL;
+    OK(xsa_ipc_import(&got, 0, &q));
+    xsa_ipc_handle_close(&got);
+    assert_true(filled(q, 10 * MiB, 'H'));
+    fill(q, 10 * MiB, 'I');
+    assert_true(filled(blk, 10 * MiB, 'I'));
+    INVARIANTS(0);
+    OK(xsa_ipc_close(q));
+    OK(xsa_free(blk));
+    OK(xsa_free(pad));
+    INVARIANTS(0);
 }
 
 /* ---- bad and stale handles ---- */
@@ -496,6 +531,7 @@ int main(void) {
         T(test_freed_before_import),
         T(test_revoke_and_events),
         T(test_many_pages_over_a_socket),
+        T(test_multi_page_handles),
         T(test_bad_handles),
         T(test_stale_handles),
         T(test_export_refused_without_ipc),

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -235,6 +236,54 @@ static void test_chunks_map_unmap_and_move_whole(void **state) {
 #endif
 }
 
+static bool fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+/* A shared chunk keeps one fd (registered) while it stays mapped here, and
+ * any unmap of the chunk closes it: released, taken, or moved away. */
+static void test_shared_fds_follow_chunks(void **state) {
+    (void)state;
+    NEED_DRIVER();
+    xsa_segment a, b;
+    init_segment(&a, 8);
+    init_segment(&b, 8);
+    a.exportable = true;
+    assert_int_equal(xsa_segment_map_chunks(&a, 0, 3, NULL, 0, 3), XSA_CU_SUCCESS);
+    assert_int_equal(xsa_segment_map(&a, 3, 3, NULL), XSA_CU_SUCCESS);
+    int fd[4], again;
+    uint64_t id[4], id_again;
+    size_t starts[4] = {0, 3, 4, 5};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(xsa_segment_share(&a, starts[i], &fd[i], &id[i]), XSA_CU_SUCCESS);
+        assert_true(fd_open(fd[i]) && id[i] && xsa_share_id(fd[i]) == id[i]);
+    }
+    assert_int_equal(xsa_segment_share(&a, 0, &again, &id_again), XSA_CU_SUCCESS);
+    assert_true(again == fd[0] && id_again == id[0]); /* one fd per chunk */
+    assert_int_equal(xsa_segment_share(&a, 1, &again, &id_again), XSA_CU_ERROR_INVALID_VALUE); /* not a chunk start */
+    assert_int_equal(xsa_segment_share(&a, 6, &again, &id_again), XSA_CU_ERROR_INVALID_VALUE); /* unmapped */
+    CHECK(&a);
+    if (!xsa_share_check(err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(xsa_segment_unmap(&a, 3, 1, NULL), XSA_CU_SUCCESS);
+    assert_true(!fd_open(fd[1]) && !xsa_share_id(fd[1]));
+    xsa_mem_handle taken;
+    assert_int_equal(xsa_segment_unmap(&a, 4, 1, &taken), XSA_CU_SUCCESS);
+    assert_true(!fd_open(fd[2]));
+    xsa_segment_release_handle(&a, taken);
+    assert_int_equal(xsa_segment_map(&b, 0, 1, &a.handles[5]), XSA_CU_SUCCESS);
+    assert_int_equal(xsa_segment_unmap_moved(&a, 5, 1), XSA_CU_SUCCESS);
+    assert_true(!fd_open(fd[3]));
+    CHECK(&a);
+    CHECK(&b);
+    if (!xsa_share_check(err, sizeof err)) fail_msg("%s", err);
+    int reg;
+    uint64_t reg_id;
+    assert_true(xsa_share_registry(&reg, &reg_id) && fd_open(reg));
+    xsa_segment_destroy(&a);
+    assert_true(!fd_open(fd[0]));
+    assert_false(xsa_share_registry(&reg, &reg_id)); /* closed with the last export */
+    assert_false(fd_open(reg));
+    xsa_segment_destroy(&b);
+}
+
 #ifndef XSA_TEST_CUDA
 /* Host-visible checks: only the simulated driver's memory is host memory. */
 static void test_data_survives_and_unmapped_faults(void **state) {
@@ -272,6 +321,7 @@ int main(void) {
         cmocka_unit_test_setup(test_partial_map_failure_undoes, setup),
         cmocka_unit_test_setup(test_handles_move_between_segments, setup),
         cmocka_unit_test_setup(test_chunks_map_unmap_and_move_whole, setup),
+        cmocka_unit_test_setup(test_shared_fds_follow_chunks, setup),
 #ifndef XSA_TEST_CUDA
         cmocka_unit_test_setup(test_data_survives_and_unmapped_faults, setup),
 #endif

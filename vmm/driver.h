@@ -14,6 +14,10 @@
  * and, once xsa_driver_time_calls(d, true), adds up the time spent in each:
  * what the real driver costs on a workload is measured, not guessed. Off by
  * default so that the call counters stay the only cost.
+ *
+ * One entry is not CUDA's: process_get_fds, the system call an importer
+ * needs to take an exporter's handles (pidfd_getfd). It sits in the table
+ * so that the simulated driver can make it fail like any other call.
  */
 #ifndef XSA_VMM_DRIVER_H
 #define XSA_VMM_DRIVER_H
@@ -93,7 +97,8 @@ enum {
     X(stream_wait_event) X(mem_import_fd) X(stream_begin_capture)              \
     X(stream_end_capture) X(stream_get_capture_info)                          \
     X(graph_node_get_dependencies) X(graph_instantiate) X(graph_launch)       \
-    X(graph_exec_destroy) X(graph_destroy) X(thread_exchange_capture_mode)
+    X(graph_exec_destroy) X(graph_destroy) X(thread_exchange_capture_mode)   \
+    X(process_get_fds)
 
 typedef enum {
 #define XSA_DRV_ENUM(name) XSA_DRV_##name,
@@ -181,6 +186,15 @@ typedef struct xsa_driver {
      * mode the thread may make calls that a global-mode capture would
      * otherwise refuse (cuMemAlloc, cuMemFree, queries of work outside it). */
     xsa_cu_result (*thread_exchange_capture_mode)(int *mode);
+    /* Not a CUDA call: duplicates file descriptors fds[0..n) of process
+     * `pid` into this one (pidfd_open + pidfd_getfd, Linux 5.6), as out[i],
+     * close-on-exec and the caller's; all or none (on failure none is
+     * left open). The system's error comes back as a CUresult value:
+     * NOT_PERMITTED (EPERM: the kernel's ptrace rules refuse it),
+     * NOT_FOUND (ESRCH: no such process), INVALID_HANDLE (EBADF: the
+     * process has no such fd), NOT_SUPPORTED (ENOSYS: the kernel is older),
+     * OUT_OF_MEMORY (no fd left, EMFILE/ENFILE/ENOMEM), UNKNOWN otherwise. */
+    xsa_cu_result (*process_get_fds)(int pid, const int *fds, int n, int *out);
     /* Never fails: unknown codes give a generic text. */
     const char *(*error_string)(xsa_cu_result result);
 
@@ -215,6 +229,9 @@ uint64_t xsa_driver_now_ns(void);
  * changed, the call is made as it is. */
 xsa_cu_result xsa_driver_mem_alloc_relaxed(xsa_driver *d, xsa_devptr *ptr, size_t size, int device);
 xsa_cu_result xsa_driver_mem_free_relaxed(xsa_driver *d, xsa_devptr ptr);
+
+/* process_get_fds as the kernel does it (both tables' entry). */
+xsa_cu_result xsa_driver_process_get_fds(int pid, const int *fds, int n, int *out);
 
 /* Copies the call counters (and the time spent, if ns is not NULL) into
  * out[XSA_DRV_COUNT]. */

@@ -568,5 +568,6 @@ static xsa_driver cuda_table = {
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_destroy = cuda_graph_destroy,
     .thread_exchange_capture_mode = cuda_thread_exchange_capture_mode,
+    .process_get_fds = xsa_driver_process_get_fds,
     .error_string = cuda_error_string,
 };

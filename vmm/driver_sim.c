@@ -678,6 +678,8 @@ static xsa_cu_result sim_graph_launch(xsa_graph_exec e, xsa_stream s) { GUARDED(
 static xsa_cu_result sim_graph_exec_destroy(xsa_graph_exec e) { GUARDED(graph_exec_destroy, xsa_sim_cap_exec_destroy(e)); }
 static xsa_cu_result sim_graph_destroy(xsa_graph g) { GUARDED(graph_destroy, xsa_sim_cap_graph_destroy(g)); }
 static xsa_cu_result sim_thread_exchange_capture_mode(int *m) { GUARDED(thread_exchange_capture_mode, xsa_sim_cap_exchange_mode(m)); }
+/* The real system call: exported handles are memfds another process can take. */
+static xsa_cu_result sim_process_get_fds(int pid, const int *f, int n, int *o) { GUARDED(process_get_fds, xsa_driver_process_get_fds(pid, f, n, o)); }
 
 static xsa_driver sim_table = {
     .name = "sim",
@@ -719,6 +721,7 @@ static xsa_driver sim_table = {
     .graph_exec_destroy = sim_graph_exec_destroy,
     .graph_destroy = sim_graph_destroy,
     .thread_exchange_capture_mode = sim_thread_exchange_capture_mode,
+    .process_get_fds = sim_process_get_fds,
     .error_string = error_string,
 };
 

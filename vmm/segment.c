@@ -71,6 +71,31 @@ static xsa_cu_result release_unreleased(xsa_segment *s) {
     return first;
 }
 
+/* Closes the shared fd of the chunk starting at `start`, if it has one. */
+static void unshare(xsa_segment *s, size_t start) {
+    if (!s->share_fds || s->share_fds[start] < 0) return;
+    xsa_share_close(s->share_fds[start]);
+    s->share_fds[start] = -1;
+}
+
+xsa_cu_result xsa_segment_share(xsa_segment *s, size_t start, int *fd, uint64_t *id) {
+    if (start >= s->max_pages || !xsa_segment_page_mapped(s, start) || !s->chunk_pages[start])
+        return XSA_CU_ERROR_INVALID_VALUE;
+    if (!s->share_fds) {
+        s->share_fds = malloc(s->max_pages * sizeof *s->share_fds);
+        if (!s->share_fds) return XSA_CU_ERROR_OUT_OF_MEMORY;
+        for (size_t i = 0; i < s->max_pages; i++) s->share_fds[i] = -1;
+    }
+    if (s->share_fds[start] >= 0) {
+        *fd = s->share_fds[start];
+        *id = xsa_share_id(*fd);
+        return XSA_CU_SUCCESS;
+    }
+    xsa_cu_result r = xsa_share_export(s->drv, s->handles[start], fd, id);
+    if (r == XSA_CU_SUCCESS) s->share_fds[start] = *fd;
+    return r;
+}
+
 size_t xsa_segment_chunk(const xsa_segment *s, size_t page, size_t *start) {
     size_t c = page;
     while (s->chunk_pages[c] == 0) c--; /* a mapped page's chunk starts at or before it */
@@ -170,6 +195,7 @@ static xsa_cu_result unmap_pages(xsa_segment *s, size_t first, size_t n, unmap_m
     for (size_t i = 0; i < n; i++) {
         xsa_mem_handle h = s->handles[first + i];
         bool starts = s->chunk_pages[first + i] != 0;
+        if (starts) unshare(s, first + i);
         s->handles[first + i] = XSA_NO_HANDLE;
         s->chunk_pages[first + i] = 0;
         if (mode == UNMAP_TAKE)
@@ -193,6 +219,7 @@ xsa_cu_result xsa_segment_unmap_moved(xsa_segment *s, size_t first, size_t n) {
 void xsa_segment_forget(xsa_segment *s, size_t first, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (!xsa_segment_page_mapped(s, first + i)) continue;
+        if (s->chunk_pages[first + i]) unshare(s, first + i);
         s->handles[first + i] = XSA_NO_HANDLE;
         s->chunk_pages[first + i] = 0;
         s->mapped_pages--;
@@ -212,6 +239,7 @@ xsa_cu_result xsa_segment_destroy(xsa_segment *s) {
     if (r != XSA_CU_SUCCESS) return r;
     free(s->handles);
     free(s->chunk_pages);
+    free(s->share_fds);
     free(s->unreleased);
     memset(s, 0, sizeof *s);
     return XSA_CU_SUCCESS;
@@ -261,6 +289,16 @@ int xsa_segment_check(const xsa_segment *s, char *err, size_t errlen) {
             }
         count += n;
         p += n;
+    }
+    for (size_t p = 0; s->share_fds && p < s->max_pages; p++) {
+        int fd = s->share_fds[p];
+        if (fd < 0) continue;
+        if (!xsa_segment_page_mapped(s, p) || !s->chunk_pages[p] || !xsa_share_id(fd)) {
+            snprintf(err, errlen, "segment %#llx: page %zu keeps shared fd %d but %s", (unsigned long long)s->base, p,
+                     fd, !xsa_segment_page_mapped(s, p) ? "is unmapped" : !s->chunk_pages[p] ? "starts no chunk"
+                                                                                            : "the fd is not registered");
+            return 0;
+        }
     }
     if (count != s->mapped_pages) {
         snprintf(err, errlen, "segment %#llx: %zu pages hold handles but mapped_pages is %zu",

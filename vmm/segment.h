@@ -21,8 +21,10 @@
  * by the next unmap or by destroy, so a failed cuMemRelease never leaks
  * device memory.
  * Pages created while `exportable` is set can be exported as POSIX file
- * descriptors (IPC); access goes to the segment's device and to every peer
- * added with xsa_segment_add_access, on each newly mapped run.
+ * descriptors (IPC); a chunk shared with other processes by fd number
+ * (vmm/share.h) keeps its fd while it stays mapped here, and any unmap of
+ * the chunk closes it. Access goes to the segment's device and to every
+ * peer added with xsa_segment_add_access, on each newly mapped run.
  * Not thread safe: the owning pool serializes calls.
  */
 #ifndef XSA_VMM_SEGMENT_H
@@ -33,6 +35,7 @@
 #include <stdint.h>
 
 #include "vmm/driver.h"
+#include "vmm/share.h"
 
 #define XSA_SEGMENT_MAX_ACCESS 16 /* the device and up to 15 peers: a 16-GPU node */
 #define XSA_NO_HANDLE ((xsa_mem_handle)0)
@@ -56,6 +59,7 @@ typedef struct xsa_segment {
     int access[XSA_SEGMENT_MAX_ACCESS]; /* devices granted read/write; access[0] == device */
     int n_access;
     bool exportable;         /* new pages are created exportable (set after init) */
+    int *share_fds;          /* [max_pages] once a chunk is shared: its fd at its first page, else -1 */
     xsa_mem_handle *unreleased; /* unmapped handles whose cuMemRelease failed */
     size_t n_unreleased;
 } xsa_segment;
@@ -104,6 +108,11 @@ xsa_cu_result xsa_segment_unmap_moved(xsa_segment *s, size_t first, size_t n);
  * teardown after xsa_segment_unmap_moved was refused. */
 void xsa_segment_forget(xsa_segment *s, size_t first, size_t n);
 
+/* The fd and id of the shared export of the chunk that starts at mapped
+ * page `start` (xsa_share_export on first use, then the same until the
+ * chunk is unmapped). */
+xsa_cu_result xsa_segment_share(xsa_segment *s, size_t start, int *fd, uint64_t *id);
+
 /* Grants `peer` read/write on every mapped page now and on pages mapped later. */
 xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer);
 
@@ -117,8 +126,9 @@ static inline size_t xsa_segment_mapped_bytes(const xsa_segment *s) {
     return s->mapped_pages * s->page_size;
 }
 
-/* Invariant checker: mapped_pages equals the count of handles, access list is
- * sane. Returns 1 if consistent, else 0 with a sentence in err. */
+/* Invariant checker: mapped_pages equals the count of handles, chunks are
+ * whole, shared fds sit at mapped chunk starts and are registered, the
+ * access list is sane. Returns 1 if consistent, else 0 with a sentence in err. */
 int xsa_segment_check(const xsa_segment *s, char *err, size_t errlen);
 
 #endif

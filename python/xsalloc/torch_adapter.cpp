@@ -80,6 +80,23 @@ struct KeepDevice {
 
 void free_block(void* ptr);
 
+// The deleter of getIpcDevPtr's pointer. torch drops it before it
+// synchronizes the receiver's stream, so the device's queued work is
+// waited for here, before the unmap, as torch's own allocator does.
+void close_import(c10::DeviceIndex device, void* base) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaErrorCudartUnloading) return;  // exiting: the driver takes it all back
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    fprintf(stderr, "xsalloc: waiting for the work on a CUDA tensor from another process: %s\n", cudaGetErrorString(err));
+    (void)cudaGetLastError();
+  }
+  if (xsa_ipc_close(base) != XSA_SUCCESS)
+    fprintf(stderr, "xsalloc: closing a CUDA tensor from another process at %p: %s\n", base, xsa_last_error());
+  if (current >= 0) cudaSetDevice(current);
+}
+
 // The snapshot state of cudagraph trees (getCheckpointState): the live
 // blocks of one pool at the checkpoint.
 struct PoolCheckpoint final : CCA::AllocatorState {
@@ -354,12 +371,32 @@ class Adapter final : public CCA::CUDAAllocator {
       return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
     return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
   }
-  CCA::ShareableHandle shareIpcHandle(void*) override {
-    fail("sharing a CUDA tensor with another process (torch.multiprocessing) is not "
-                       "supported through torch yet; use xsalloc's xsa_ipc_export/xsa_ipc_import");
+  // torch.multiprocessing: the sender's storage is shared as xsalloc's
+  // byte string (xsa_ipc_share), which any process opens; torch keeps the
+  // sender's block alive until every receiver has released it.
+  CCA::ShareableHandle shareIpcHandle(void* ptr) override {
+    void* bytes = nullptr;
+    size_t len = 0, offset = 0;
+    xsa_status st;
+    {
+      KeepDevice keep;
+      st = xsa_ipc_share(ptr, &bytes, &len, &offset);
+    }
+    if (st != XSA_SUCCESS) fail("sending a CUDA tensor to another process: " + last_error());
+    std::string handle(static_cast<const char*>(bytes), len);
+    xsa_free_buffer(bytes);
+    return {static_cast<ptrdiff_t>(offset), std::move(handle)};
   }
-  std::shared_ptr<void> getIpcDevPtr(std::string) override {
-    fail("opening another process's CUDA tensor is not supported through torch yet");
+  // The receiver: torch adds the offset, and calls this with the tensor's
+  // device current. The same bytes open once (xsalloc counts the opens).
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
+    c10::DeviceIndex device = c10::cuda::current_device();
+    void* base = nullptr;
+    {
+      KeepDevice keep;
+      check("opening a CUDA tensor sent by another process", xsa_ipc_open(handle.data(), handle.size(), device, &base));
+    }
+    return std::shared_ptr<void>(base, [device](void* p) { close_import(device, p); });
   }
   std::string name() override { return "xsalloc"; }
 
