@@ -83,7 +83,7 @@ static uint64_t new_export_id(void) {
 static const char *refusal(const xsa_pool *p, const xsa_block *b) {
     if (!b->seg->expandable)
         return "it is in a classic cuMemAlloc segment; IPC export needs expandable segments";
-    if (!p->opt.ipc_handles) return "IPC is off: set ipc_handles:True in XSALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF";
+    if (!p->opt.ipc_handles) return "IPC is off: set ipc_handles:True in XSALLOC_CONF";
     if (!p->ipc)
         return "IPC is off: the driver refused exportable (POSIX file descriptor) memory handles, so ipc_handles "
                "fell back to ordinary pages";
