@@ -557,3 +557,37 @@ xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_
 xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id) {
     return on_mempool("xsa_end_allocate_to_pool", device, id, xsa_pool_end_allocate_to_pool);
 }
+
+xsa_status xsa_mempool_checkpoint(int device, xsa_mempool_id id, xsa_live_block **blocks, size_t *n) {
+    if (!blocks || !n) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_mempool_checkpoint: blocks or n is NULL");
+    *blocks = NULL;
+    *n = 0;
+    xsa_status st = check_device("xsa_mempool_checkpoint", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_mempool_checkpoint(p, id, blocks, n, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+xsa_status xsa_mempool_restore(int device, xsa_mempool_id id, const xsa_live_block *live, size_t n,
+                               xsa_restore_delta *delta) {
+    if (!delta || (n && !live))
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_mempool_restore: delta is NULL, or live with n = %zu", n);
+    *delta = (xsa_restore_delta){0};
+    xsa_status st = check_device("xsa_mempool_restore", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_mempool_restore(p, id, live, n, delta, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+void xsa_restore_delta_free(xsa_restore_delta *delta) {
+    if (!delta) return;
+    free(delta->freed);
+    free(delta->allocated);
+    *delta = (xsa_restore_delta){0};
+}

@@ -203,6 +203,60 @@ XSA_API xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id);
  * pool does not exist or is released. */
 XSA_API xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses);
 
+/* Checkpoints of a pool (PyTorch's getCheckpointState and
+ * setCheckpointPoolState). cudagraph trees (torch.compile's
+ * "reduce-overhead") replay graphs over a pool, which changes no allocator
+ * state; before recording or warming up a graph after such replays they
+ * bring the pool back to the state it had after an earlier graph: the
+ * blocks live then are allocated again (the replayed outputs still alive
+ * live there), everything else in the pool is free. */
+typedef struct xsa_live_block {
+    void *ptr;
+    size_t size;      /* the block's size (the request rounded, as snapshots show it) */
+    size_t requested; /* the size asked for (requested_bytes) */
+    void *stream;     /* the stream it was allocated on */
+} xsa_live_block;
+
+/* The allocated blocks of pool `id`, in address order: *blocks (NULL when
+ * *n is 0; free with xsa_free_buffer). Freed blocks still waiting for
+ * record_stream events or IPC importers are not live.
+ * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool that does not exist. */
+XSA_API xsa_status xsa_mempool_checkpoint(int device, xsa_mempool_id id, xsa_live_block **blocks, size_t *n);
+
+/* What a restore changed: the pool's allocations it freed (allocated and
+ * not in the set) and the blocks of the set it allocated (the others were
+ * allocated already, at the same address and size: they stay allocated,
+ * only their requested size becomes the set's). Free the arrays with
+ * xsa_restore_delta_free. */
+typedef struct xsa_restore_delta {
+    void **freed;
+    size_t n_freed;
+    void **allocated;
+    size_t n_allocated;
+} xsa_restore_delta;
+
+/* Brings pool `id` back to the live blocks live[0..n) (any order, e.g. a
+ * checkpoint): the pool's allocations not in the set are freed (as
+ * xsa_free would: the pointers become invalid), and each block of the set
+ * that is not allocated is allocated at exactly its address and size,
+ * split out of the free memory holding it, with its requested size; the
+ * stats change as those frees and allocations would change them. All or
+ * nothing: on an error the pool is as it was. Each block must lie in one
+ * of the pool's segments, in mapped memory, with the segment's stream, and
+ * not overlap another; the memory it needs must be free, allocated, or
+ * waiting for record_stream events. Memory still in use on other streams
+ * (a freed block's pending events, or the streams an allocation freed here
+ * was used on) is waited for first (cuEventSynchronize,
+ * cuStreamSynchronize), which is refused while a capture is under way on
+ * the device; so is memory pinned by an IPC export or held back by a
+ * capture. XSA_ERROR_INVALID_VALUE (naming the block and the reason) for
+ * id {0, 0}, a pool that does not exist, is released or is being routed to
+ * (xsa_begin_allocate_to_pool), and a set that does not fit as above;
+ * XSA_ERROR_DRIVER if a wait fails; *delta is filled on success only. */
+XSA_API xsa_status xsa_mempool_restore(int device, xsa_mempool_id id, const xsa_live_block *live, size_t n,
+                                       xsa_restore_delta *delta);
+XSA_API void xsa_restore_delta_free(xsa_restore_delta *delta);
+
 /* ---- Several GPUs: peer access ----
  *
  * Grants device `peer` read/write on every mapped page of `device`'s

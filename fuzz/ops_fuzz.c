@@ -10,8 +10,9 @@
  * empty_cache, completing simulated streams, a memory fraction, arming
  * a driver fault (entry point, which of its next calls; the first such
  * operation of an input only), beginning or ending the routing of a
- * stream to one of two memory pools (a capture), and dropping a use of
- * one. A call may fail
+ * stream to one of two memory pools (a capture), dropping a use of one,
+ * and checkpointing one or restoring it to its last checkpoint (the
+ * blocks the restore allocates take empty slots). A call may fail
  * (out of memory, or the armed fault) but must leave the invariants true,
  * every live allocation's data intact, and, after the faults are cleared,
  * everything freed, the cache emptied and xsa_shutdown, a simulated driver
@@ -47,6 +48,9 @@ static bool fault_armed;
 /* Per memory pool {1 + i, 0}: uses held (creates and begins less
  * releases), the routed stream, or -1. */
 static int mempool_uses[MEMPOOLS], routed[MEMPOOLS];
+/* Per memory pool: its last checkpoint. */
+static xsa_live_block *saved[MEMPOOLS];
+static size_t n_saved[MEMPOOLS];
 
 static void check(int ok, const char *what) {
     if (ok) return;
@@ -118,6 +122,42 @@ static void release_mempool(int i) {
     mempool_uses[i]--;
 }
 
+/* A restored block becomes a slot's allocation (freed at once if no slot
+ * is empty: a free without stream uses makes no driver call). */
+static void adopt(void *ptr, size_t size) {
+    for (int i = 0; i < SLOTS; i++)
+        if (!slots[i].ptr) {
+            slots[i] = (slot){ptr, size, (uint8_t)i};
+            ((uint8_t *)ptr)[0] = slots[i].fill;
+            ((uint8_t *)ptr)[size - 1] = slots[i].fill;
+            return;
+        }
+    check(xsa_free(ptr) == XSA_SUCCESS, "freeing a restored block");
+}
+
+/* Checkpoints memory pool i (take), or restores it to its last checkpoint. */
+static void checkpoint_op(int i, bool take) {
+    xsa_status st;
+    if (take) {
+        xsa_free_buffer(saved[i]);
+        st = xsa_mempool_checkpoint(0, mempool(i), &saved[i], &n_saved[i]);
+        /* INVALID: no such pool; DRIVER: creating the device's pool */
+        check(st == XSA_SUCCESS || st == XSA_ERROR_INVALID_VALUE || st == XSA_ERROR_DRIVER, "mempool_checkpoint");
+        return;
+    }
+    xsa_restore_delta d;
+    st = xsa_mempool_restore(0, mempool(i), saved[i], n_saved[i], &d);
+    check(st == XSA_SUCCESS || st == XSA_ERROR_INVALID_VALUE || st == XSA_ERROR_DRIVER, "mempool_restore");
+    if (st != XSA_SUCCESS) return;
+    for (size_t k = 0; k < d.n_freed; k++)
+        for (int j = 0; j < SLOTS; j++)
+            if (slots[j].ptr == d.freed[k]) slots[j].ptr = NULL;
+    for (size_t k = 0; k < d.n_allocated; k++)
+        for (size_t j = 0; j < n_saved[i]; j++)
+            if (saved[i][j].ptr == d.allocated[k]) adopt(d.allocated[k], saved[i][j].size);
+    xsa_restore_delta_free(&d);
+}
+
 static void run_op(input *in) {
     uint8_t op = next(in);
     switch (op % 10) {
@@ -142,7 +182,12 @@ static void run_op(input *in) {
         break;
     }
     case 8: toggle_routing(op >> 7, next(in)); break;
-    case 9: release_mempool(op >> 7); break;
+    case 9:
+        if (op & 0x20)
+            checkpoint_op(op >> 7, op & 0x40);
+        else
+            release_mempool(op >> 7);
+        break;
     }
     /* The checker creates the device's pool if no call has yet: an armed
      * fault may fail that (XSA_ERROR_DRIVER), never an invariant. */
@@ -158,8 +203,12 @@ static void finish(void) {
         do_free(&slots[i]);
         check(slots[i].ptr == NULL, "a free failed with no fault armed");
     }
-    for (int i = 0; i < MEMPOOLS; i++)
+    for (int i = 0; i < MEMPOOLS; i++) {
         while (mempool_uses[i]) release_mempool(i);
+        xsa_free_buffer(saved[i]);
+        saved[i] = NULL;
+        n_saved[i] = 0;
+    }
     check(xsa_empty_cache() == XSA_SUCCESS, "final empty_cache");
     xsa_device_stats s;
     check(xsa_get_stats(0, &s) == XSA_SUCCESS, "get_stats");

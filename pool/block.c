@@ -34,6 +34,23 @@ void xsa_block_cache_clear(xsa_block_cache *c) {
     }
 }
 
+bool xsa_block_cache_reserve(xsa_block_cache *c, size_t n) {
+    /* n records taken (recycled or new) and given back: the free list then
+     * holds at least n. */
+    xsa_block *taken = NULL;
+    size_t got = 0;
+    for (xsa_block *b; got < n && (b = xsa_block_new(c)); got++) {
+        b->next = taken;
+        taken = b;
+    }
+    while (taken) {
+        xsa_block *next = taken->next;
+        xsa_block_delete(c, taken);
+        taken = next;
+    }
+    return got == n;
+}
+
 bool xsa_block_add_stream_use(xsa_block *b, xsa_stream stream) {
     for (int i = 0; i < b->n_stream_uses; i++)
         if (b->stream_uses[i] == stream) return true;

@@ -67,6 +67,9 @@ typedef struct xsa_block_cache {
 xsa_block *xsa_block_new(xsa_block_cache *c);
 void xsa_block_delete(xsa_block_cache *c, xsa_block *b);
 void xsa_block_cache_clear(xsa_block_cache *c);
+/* Makes sure the next n xsa_block_new calls take recycled records (no
+ * malloc, so they cannot fail). Returns false if out of host memory. */
+bool xsa_block_cache_reserve(xsa_block_cache *c, size_t n);
 
 /* Adds `stream` to the block's stream uses (no duplicates). Returns false if
  * out of host memory. */

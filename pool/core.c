@@ -167,3 +167,7 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     xsa_stats_sub(p->stats.active, kind, 1);
     xsa_stats_sub(p->stats.active_bytes, kind, (int64_t)original);
 }
+
+void xsa_pool_block_done(void *ctx, xsa_block *b) {
+    if (!b->ipc_exports) xsa_pool_free_block(ctx, b);
+}

@@ -175,21 +175,6 @@ static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
     return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
 }
 
-/* Marks b allocated, in the pointer map (room was reserved) and the stats. */
-static void hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
-    xsa_pool_kind kind = b->seg->kind;
-    b->allocated = true;
-    b->requested = requested;
-    xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
-    p->live_blocks++;
-    xsa_stats_add(p->stats.allocation, kind, 1);
-    xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);
-    xsa_stats_add(p->stats.active, kind, 1);
-    xsa_stats_add(p->stats.active_bytes, kind, (int64_t)b->size);
-    xsa_stats_add(p->stats.requested_bytes, kind, (int64_t)requested);
-    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, 1);
-}
-
 /* The cache hit: hands out `size` bytes at the start of free block b; a
  * split-off rest stays in the free set (in place, as a rule), else b
  * leaves it. NULL only if out of host memory, with b still in the set. */
@@ -209,7 +194,7 @@ static xsa_block *alloc_cached_block(xsa_pool *p, xsa_block *b, size_t size, siz
         xsa_free_set_erase(set, b);
     }
     xsa_inactive_split_change(p, kind, t);
-    hand_out(p, b, requested);
+    xsa_pool_hand_out(p, b, requested);
     return b;
 }
 
@@ -221,7 +206,7 @@ static xsa_block *alloc_new_block(xsa_pool *p, xsa_block *b, size_t size, size_t
         if (!front) return NULL;
         b = front;
     }
-    hand_out(p, b, requested);
+    xsa_pool_hand_out(p, b, requested);
     return b;
 }
 
@@ -290,11 +275,6 @@ static void oom_report(xsa_pool *p, size_t requested, xsa_stream stream, char *e
              p->opt.memory_fraction < 1.0 ? cap : "");
 }
 
-/* Events done: the block returns unless IPC exports still pin it. */
-static void block_done(void *ctx, xsa_block *b) {
-    if (!b->ipc_exports) xsa_pool_free_block(ctx, b);
-}
-
 /* The miss path: PyTorch's order of fallbacks. During a capture nothing
  * is released: freeing memory synchronizes, and the full release waits
  * for events. */
@@ -326,7 +306,7 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     }
     /* A call only when events wait; none during a capture (a query of an
      * event recorded in it would invalidate it). */
-    if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, block_done, p);
+    if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, xsa_pool_block_done, p);
     if (p->exports) xsa_ipc_poll(p);
     xsa_mempool *mp = __builtin_expect(p->n_routes == 0, 1) ? &p->global : xsa_mempool_route(p, stream);
     size_t rounded = round_size(&p->opt, size);
@@ -417,11 +397,7 @@ xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) 
     size_t size = b->size, requested = b->requested; /* b may merge away below */
     xsa_stream stream = b->stream;
     XSA_OBSERVE(p, XSA_OBS_FREE_REQUESTED, kind, b->ptr, requested, size, stream);
-    b->allocated = false;
-    xsa_stats_sub(p->stats.allocation, kind, 1);
-    xsa_stats_sub(p->stats.allocated_bytes, kind, (int64_t)b->size);
-    xsa_stats_sub(p->stats.requested_bytes, kind, (int64_t)b->requested);
-    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
+    xsa_pool_give_back(p, b);
     if (b->ipc_exports)
         xsa_ipc_poll(p); /* returns b to the cache if its exports are over */
     else if (b->event_count == 0 && !b->capture_deferred)

@@ -146,6 +146,15 @@ bool xsa_pool_capturing(const xsa_pool *p);
 /* Does memory pool id exist (released or not)? Its use count in *uses. */
 bool xsa_pool_mempool_exists(const xsa_pool *p, xsa_mempool_id id, int *uses);
 
+/* Checkpoints (pool/checkpoint.c; semantics in api/xsalloc.h,
+ * xsa_mempool_checkpoint and xsa_mempool_restore): the live blocks of
+ * memory pool id (*out malloc'd, NULL when *n is 0), and bringing the pool
+ * back to such a set, all or nothing (*delta's arrays malloc'd). */
+xsa_pool_status xsa_pool_mempool_checkpoint(xsa_pool *p, xsa_mempool_id id, xsa_live_block **out, size_t *n,
+                                            char *err, size_t errlen);
+xsa_pool_status xsa_pool_mempool_restore(xsa_pool *p, xsa_mempool_id id, const xsa_live_block *live, size_t n,
+                                         xsa_restore_delta *delta, char *err, size_t errlen);
+
 /* PyTorch's round_size: the block size a request of `size` bytes gets. */
 size_t xsa_pool_round_size(const xsa_pool_options *opt, size_t size);
 

@@ -2,7 +2,8 @@
  * pool/pool_internal: the pool's state, shared by its source files. The
  * core, which calls nothing above it: core.c (segments, free-set
  * membership, split and merge), mempool.c (memory pool records and
- * routing), free_set.c, block.c, events.c, stats.c. The policies above it:
+ * routing), checkpoint.c (a memory pool's blocks set to a checkpoint),
+ * free_set.c, block.c, events.c, stats.c. The policies above it:
  * pages.c (an expandable segment's pages as blocks), recycle.c (page
  * recycling), expand.c (growing expandable segments), release.c (giving
  * memory back), ipc.c (IPC exports), peer.c (peer access), capture.c (the
@@ -194,6 +195,35 @@ static inline void xsa_inactive_split_change(xsa_pool *p, xsa_pool_kind kind, xs
 /* A block becoming free: its age for garbage collection. */
 static inline void xsa_stamp_free(const xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
 
+/* Marks b (out of the free set) allocated, in the pointer map (room was
+ * reserved) and the stats: the end of every malloc and of a restore's
+ * allocations. Inline: it is on the hot path. */
+static inline void xsa_pool_hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
+    xsa_pool_kind kind = b->seg->kind;
+    b->allocated = true;
+    b->requested = requested;
+    xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
+    p->live_blocks++;
+    xsa_stats_add(p->stats.allocation, kind, 1);
+    xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);
+    xsa_stats_add(p->stats.active, kind, 1);
+    xsa_stats_add(p->stats.active_bytes, kind, (int64_t)b->size);
+    xsa_stats_add(p->stats.requested_bytes, kind, (int64_t)requested);
+    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, 1);
+}
+
+/* The reverse for an allocation being freed (already out of the pointer
+ * map): no longer allocated, out of the allocation stats. It stays
+ * active until xsa_pool_free_block returns it to the cache. */
+static inline void xsa_pool_give_back(xsa_pool *p, xsa_block *b) {
+    xsa_pool_kind kind = b->seg->kind;
+    b->allocated = false;
+    xsa_stats_sub(p->stats.allocation, kind, 1);
+    xsa_stats_sub(p->stats.allocated_bytes, kind, (int64_t)b->size);
+    xsa_stats_sub(p->stats.requested_bytes, kind, (int64_t)b->requested);
+    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
+}
+
 
 /* Free-set membership with the inactive_split accounting it implies. */
 void xsa_pool_insert_free(xsa_pool *p, xsa_block *b);
@@ -202,6 +232,9 @@ void xsa_pool_erase_free(xsa_pool *p, xsa_block *b);
 /* Returns a freed block (no pending events) to its pool, merging it with
  * free neighbours. */
 void xsa_pool_free_block(xsa_pool *p, xsa_block *b);
+/* The events of freed block b have completed (xsa_block_done_fn, ctx the
+ * pool): it returns to the cache unless IPC exports still pin it. */
+void xsa_pool_block_done(void *ctx, xsa_block *b);
 
 /* Removes block `gone` (a free or unmapped neighbour of keep, like it in
  * mapping) and extends keep over it. */

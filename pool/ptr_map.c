@@ -32,6 +32,12 @@ bool xsa_ptr_map_grow(xsa_ptr_map *m) {
     return true;
 }
 
+bool xsa_ptr_map_reserve(xsa_ptr_map *m, size_t n) {
+    while (4 * (m->count + n) > m->mask + 1)
+        if (!xsa_ptr_map_grow(m)) return false;
+    return true;
+}
+
 void *xsa_ptr_map_remove(xsa_ptr_map *m, uintptr_t key) {
     size_t i = xsa_ptr_map_home(m, key);
     while (m->slots[i].key != key) {

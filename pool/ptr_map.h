@@ -49,6 +49,10 @@ static inline bool xsa_ptr_map_reserve_one(xsa_ptr_map *m) {
     return 4 * (m->count + 1) <= m->mask + 1 || xsa_ptr_map_grow(m);
 }
 
+/* Makes room for n more keys at that load (a restore's allocations, made
+ * where nothing may fail). Returns false if out of host memory. */
+bool xsa_ptr_map_reserve(xsa_ptr_map *m, size_t n);
+
 /* Inserts a new key (must be absent) after reserve_one succeeded. */
 static inline void xsa_ptr_map_insert_reserved(xsa_ptr_map *m, uintptr_t key, void *value) {
     size_t i = xsa_ptr_map_home(m, key);

@@ -87,13 +87,8 @@ xsa_pool_status xsa_release_mempool(xsa_pool *p, xsa_mempool *mp, char *err, siz
     return st;
 }
 
-/* Events done: the block returns unless IPC exports still pin it. */
-static void block_done(void *ctx, xsa_block *b) {
-    if (!b->ipc_exports) xsa_pool_free_block(ctx, b);
-}
-
 xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
-    xsa_cu_result r = xsa_events_synchronize(&p->events, block_done, p);
+    xsa_cu_result r = xsa_events_synchronize(&p->events, xsa_pool_block_done, p);
     p->stats.num_sync_all_streams++;
     if (r != XSA_CU_SUCCESS) {
         xsa_pool_driver_error(p, "cuEventSynchronize", r, err, errlen);

@@ -244,6 +244,46 @@ static void test_threads(void **state) {
     xsa_sim_set_eager_events(0);
 }
 
+/* A pool's checkpoint and restore through the API: argument errors, the
+ * device's lock, the delta and its free. */
+static void test_checkpoint_and_restore(void **state) {
+    (void)state;
+    const xsa_mempool_id g = {1, 0};
+    xsa_live_block *blocks = NULL;
+    size_t n = 0;
+    assert_int_equal(xsa_mempool_checkpoint(0, g, NULL, &n), XSA_ERROR_INVALID_VALUE);
+    assert_int_equal(xsa_mempool_checkpoint(2, g, &blocks, &n), XSA_ERROR_INVALID_DEVICE);
+    assert_int_equal(xsa_mempool_checkpoint(0, g, &blocks, &n), XSA_ERROR_INVALID_VALUE);
+    assert_non_null(strstr(xsa_last_error(), "no such pool"));
+    OK(xsa_mempool_create(0, g));
+    OK(xsa_begin_allocate_to_pool(0, g, NULL, NULL));
+    void *a = NULL, *b = NULL;
+    OK(xsa_malloc(&a, 3 * MiB, 0, NULL));
+    OK(xsa_malloc(&b, 1000, 0, NULL));
+    OK(xsa_end_allocate_to_pool(0, g));
+    OK(xsa_mempool_checkpoint(0, g, &blocks, &n));
+    assert_int_equal(n, 2);
+    OK(xsa_free(a));
+    xsa_restore_delta d;
+    assert_int_equal(xsa_mempool_restore(0, g, NULL, 1, &d), XSA_ERROR_INVALID_VALUE);
+    assert_int_equal(xsa_mempool_restore(0, g, blocks, n, NULL), XSA_ERROR_INVALID_VALUE);
+    OK(xsa_mempool_restore(0, g, blocks, n, &d));
+    INVARIANTS(0);
+    assert_int_equal(d.n_freed, 0);
+    assert_int_equal(d.n_allocated, 1);
+    assert_ptr_equal(d.allocated[0], a);
+    xsa_restore_delta_free(&d);
+    assert_null(d.allocated);
+    OK(xsa_mempool_restore(0, g, NULL, 0, &d)); /* frees both */
+    INVARIANTS(0);
+    assert_int_equal(d.n_freed, 2);
+    xsa_restore_delta_free(&d);
+    assert_int_equal(xsa_free(a), XSA_ERROR_INVALID_POINTER);
+    xsa_free_buffer(blocks);
+    OK(xsa_mempool_release(0, g));
+    OK(xsa_mempool_release(0, g));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bad_config_names_key_and_value, setup, teardown),
@@ -255,6 +295,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_no_vmm_falls_back_to_classic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_returns_live_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoint_and_restore, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

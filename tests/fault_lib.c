@@ -20,7 +20,10 @@
 #include "api/xsalloc.h"
 #include "vmm/sim.h"
 
-typedef enum { STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY, STEP_BEGIN, STEP_END, STEP_RELEASE, STEP_SHARE } step_kind;
+typedef enum {
+    STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY, STEP_BEGIN, STEP_END, STEP_RELEASE,
+    STEP_SHARE, STEP_CHECKPOINT, STEP_RESTORE, STEP_GHOST,
+} step_kind;
 
 typedef struct snapshot {
     xsa_device_stats stats;
@@ -36,6 +39,10 @@ typedef struct runner {
     fi_outcome *o;
     void **ptrs;   /* by trace id */
     size_t *sizes; /* scaled size of each live id */
+    xsa_live_block *ckpt; /* the last checkpoint of a graph's pool */
+    size_t n_ckpt;
+    void **ghosts; /* blocks a restore allocated, freed right after (NULL once freed) */
+    size_t n_ghosts;
     bool initialised;
     char said[1024]; /* a failed step's sentence when later calls of the step cleared it (share steps) */
     char *err;
@@ -171,12 +178,43 @@ static bool captured(void *ctx, void *stream) {
 
 static xsa_mempool_id graph_pool(uint32_t g) { return (xsa_mempool_id){g, 0}; }
 
+static xsa_status do_checkpoint(runner *r, uint32_t g) {
+    xsa_free_buffer(r->ckpt);
+    return xsa_mempool_checkpoint(0, graph_pool(g), &r->ckpt, &r->n_ckpt);
+}
+
+/* Restores graph g's pool to the last checkpoint: the trace's allocations
+ * it freed are no longer live (the trace's own free of them frees NULL),
+ * the blocks it allocated are the ghosts, freed by the next steps. */
+static xsa_status do_restore(runner *r, uint32_t g) {
+    xsa_restore_delta d;
+    xsa_status st = xsa_mempool_restore(0, graph_pool(g), r->ckpt, r->n_ckpt, &d);
+    if (st != XSA_SUCCESS) return st;
+    for (size_t i = 0; i < d.n_freed; i++)
+        for (uint32_t id = 0; id < r->w->t.n_ids; id++)
+            if (r->ptrs[id] == d.freed[i]) r->ptrs[id] = NULL;
+    void **grown = realloc(r->ghosts, (r->n_ghosts + d.n_allocated + 1) * sizeof *grown);
+    if (grown) {
+        r->ghosts = grown;
+        for (size_t i = 0; i < d.n_allocated; i++) r->ghosts[r->n_ghosts++] = d.allocated[i];
+    }
+    xsa_restore_delta_free(&d);
+    return grown ? XSA_SUCCESS : XSA_ERROR_OUT_OF_MEMORY;
+}
+
 static xsa_status do_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_t id, bool *tag_ok) {
     *tag_ok = true;
     switch (kind) {
     case STEP_BEGIN: return xsa_begin_allocate_to_pool(0, graph_pool(id), captured, NULL);
     case STEP_END: return xsa_end_allocate_to_pool(0, graph_pool(id));
     case STEP_RELEASE: return xsa_mempool_release(0, graph_pool(id));
+    case STEP_CHECKPOINT: return do_checkpoint(r, id);
+    case STEP_RESTORE: return do_restore(r, id);
+    case STEP_GHOST: {
+        xsa_status st = xsa_free(r->ghosts[id]);
+        if (st == XSA_SUCCESS) r->ghosts[id] = NULL;
+        return st;
+    }
     case STEP_INIT: {
         xsa_status st = xsa_init(r->w->c.conf);
         if (st != XSA_SUCCESS) return st;
@@ -273,7 +311,10 @@ static int run_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_
         /* A failed xsa_init is retried: the workload needs the allocator. */
         return kind == STEP_INIT && !r->initialised ? run_step(r, kind, e, id) : 0;
     }
-    if (st != XSA_SUCCESS)
+    /* After a fault, memory a restore needs may be held back by a capture
+     * whose deferred frees could not record their events: refused. */
+    bool refusal_after_fault = kind == STEP_RESTORE && st == XSA_ERROR_INVALID_VALUE && r->o->fired;
+    if (st != XSA_SUCCESS && !refusal_after_fault)
         return fail(r, "%s%s%u failed: %s: %s", kind == STEP_EVENT ? "trace line " : "",
                     kind == STEP_EVENT ? "" : "id ", kind == STEP_EVENT ? e->line : id, xsa_status_name(st), msg);
     /* Before the fault the run is the fault-free one, checked at every step. */
@@ -284,10 +325,26 @@ static int run_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_
 
 /* ---- the workload ---- */
 
+/* Halfway through graph g's capture its pool is checkpointed, halfway
+ * through the window after it the pool is restored to that checkpoint and
+ * the blocks the restore allocated are freed (as cudagraph trees free
+ * those no output lives in), before event i (fault_lib.h). */
+static int checkpoint_steps(runner *r, size_t i) {
+    size_t window = r->w->c.graph_window;
+    uint32_t g = (uint32_t)(i / (2 * window));
+    if (i / window % 2) return run_step(r, STEP_CHECKPOINT, NULL, g + 1);
+    if (g == 0) return 0;
+    if (run_step(r, STEP_RESTORE, NULL, g)) return -1;
+    for (size_t k = 0; k < r->n_ghosts; k++)
+        if (r->ghosts[k] && run_step(r, STEP_GHOST, NULL, (uint32_t)k)) return -1;
+    return 0;
+}
+
 /* Graph g's capture begins, or ends and graph g - 1's pool is released,
- * before event i (fault_lib.h). */
+ * before event i (fault_lib.h); checkpoints between. */
 static int graph_steps(runner *r, size_t i) {
     size_t window = r->w->c.graph_window;
+    if (window && i % window == window / 2) return checkpoint_steps(r, i);
     if (!window || i % window) return 0;
     uint32_t g = (uint32_t)(i / (2 * window)) + 1;
     if (i / window % 2) return run_step(r, STEP_BEGIN, NULL, g);
@@ -323,9 +380,12 @@ static int run_workload(runner *r) {
         if ((i + 1) % FI_EMPTY_EVERY == 0 && run_step(r, STEP_EMPTY, NULL, 0)) return -1;
     }
     /* The second pass frees what a failed free of the first one left. */
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 2; pass++) {
         for (uint32_t id = 0; id < t->n_ids; id++)
             if (r->ptrs[id] && run_step(r, STEP_FREE, NULL, id)) return -1;
+        for (size_t k = 0; k < r->n_ghosts; k++)
+            if (r->ghosts[k] && run_step(r, STEP_GHOST, NULL, (uint32_t)k)) return -1;
+    }
     if (graph_ends(r)) return -1;
     return run_step(r, STEP_EMPTY, NULL, 0);
 }
@@ -371,5 +431,7 @@ int fi_run(const fi_workload *w, xsa_driver_entry entry, uint64_t nth, size_t ch
     xsa_shutdown();
     free(r.ptrs);
     free(r.sizes);
+    xsa_free_buffer(r.ckpt);
+    free(r.ghosts);
     return rc;
 }

@@ -16,6 +16,13 @@
  * pool, which counts as a capture) and ends it, and releases graph g - 1's
  * pool (PyTorch's graph reset), so that deferred frees, pools' own
  * segments and their release at the last free run under every fault.
+ * Halfway through a capture window graph g's pool is checkpointed
+ * (xsa_mempool_checkpoint), and halfway through the window after it
+ * restored to that checkpoint (xsa_mempool_restore, as cudagraph trees do
+ * before recording after replays): the trace's allocations it frees are
+ * dropped from the workload, the blocks it allocates are freed at once.
+ * After a fault has fired a restore may be refused (memory held back by a
+ * capture whose deferred frees could not record their events).
  * After the trace every live allocation is freed (a free that failed is
  * retried), the last pool released and the cache emptied.
  * Injection points: every call, N = 1..count, of every driver entry point F

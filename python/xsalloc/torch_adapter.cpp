@@ -97,12 +97,12 @@ void close_import(c10::DeviceIndex device, void* base) {
   if (current >= 0) cudaSetDevice(current);
 }
 
-// The snapshot state of cudagraph trees (getCheckpointState): the live
-// blocks of one pool at the checkpoint.
+// A checkpoint of cudagraph trees (getCheckpointState): the live blocks
+// of one pool, what xsa_mempool_restore brings it back to.
 struct PoolCheckpoint final : CCA::AllocatorState {
   c10::DeviceIndex device;
   c10::MempoolId_t id;
-  std::vector<std::pair<void*, size_t>> live;
+  std::vector<xsa_live_block> live;
 };
 
 bool call_filter(void* ctx, void* stream) {
@@ -276,14 +276,45 @@ class Adapter final : public CCA::CUDAAllocator {
     return all_expected && n == expected.size();
   }
   std::shared_ptr<CCA::AllocatorState> getCheckpointState(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    xsa_live_block* blocks = nullptr;
+    size_t n = 0;
+    {
+      KeepDevice keep;
+      check("getCheckpointState", xsa_mempool_checkpoint(device, pool_id(id), &blocks, &n));
+    }
     auto state = std::make_shared<PoolCheckpoint>();
-    state->device = device, state->id = id, state->live = live_blocks(device, id);
+    state->device = device, state->id = id, state->live.assign(blocks, blocks + n);
+    xsa_free_buffer(blocks);
     return state;
   }
-  CCA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<CCA::AllocatorState>) override {
-    fail("restoring a cudagraph trees checkpoint (setCheckpointPoolState) is not "
-                       "supported yet; torch.compile(mode=\"reduce-overhead\") needs it only when a new graph "
-                       "is recorded while replayed outputs are alive");
+  // cudagraph trees, before recording or warming up a graph after replays:
+  // the pool back to a checkpoint. The delta follows torch's allocator:
+  // every block allocated before (it frees them all) and every block of
+  // the checkpoint (it allocates them all), as DataPtrs like allocate()'s;
+  // torch gives them to the storages still alive and drops the others.
+  CCA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
+                                              std::shared_ptr<CCA::AllocatorState> state) override {
+    auto* ckpt = dynamic_cast<PoolCheckpoint*>(state.get());
+    require(ckpt != nullptr, "setCheckpointPoolState: not a checkpoint of xsalloc's getCheckpointState");
+    require(ckpt->device == device, "setCheckpointPoolState: a checkpoint of device " +
+                                        std::to_string(int(ckpt->device)) + " restored on device " +
+                                        std::to_string(int(device)));
+    xsa_restore_delta d{};
+    {
+      KeepDevice keep;
+      check("setCheckpointPoolState",
+            xsa_mempool_restore(device, pool_id(ckpt->id), ckpt->live.data(), ckpt->live.size(), &d));
+    }
+    CCA::CheckpointDelta delta;
+    delta.ptrs_freed.assign(d.freed, d.freed + d.n_freed);
+    std::unordered_set<void*> fresh(d.allocated, d.allocated + d.n_allocated);
+    for (const xsa_live_block& b : ckpt->live) {
+      if (!fresh.count(b.ptr)) delta.ptrs_freed.push_back(b.ptr);  // allocated before and after
+      delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, &free_block, c10::Device(c10::DeviceType::CUDA, device));
+    }
+    forget_contexts(d.freed, d.n_freed);
+    xsa_restore_delta_free(&d);
+    return delta;
   }
 
   // ---- history, snapshots, trackers ----
@@ -469,6 +500,14 @@ class Adapter final : public CCA::CUDAAllocator {
     Context ctx = contexts_on_ && when_ == CDA::RecordContext::ALL ? gather() : nullptr;
     if (ctx) xsa_set_trace_tag(remember(ctx, true));
     return ctx != nullptr;
+  }
+
+  // Forgets the contexts of blocks a checkpoint's restore freed.
+  void forget_contexts(void* const* ptrs, size_t n) {
+    if (!has_live_) return;
+    std::lock_guard<std::mutex> g(ctx_mu_);
+    for (size_t i = 0; i < n; i++) live_.erase(ptrs[i]);
+    has_live_ = !live_.empty();
   }
 
   xsa_status free_tagged(void* ptr) {

@@ -15,6 +15,13 @@ MODE: native (PyTorch's own allocator, the reference), default, norec
 - compile: torch.compile(mode="reduce-overhead") trains a small model 20
   steps; prints the losses (run_graph_check.sh compares them with native's).
 - mempool: torch.cuda.MemPool + use_mem_pool.
+- ckpt: cudagraph trees restore a checkpoint of their pool
+  (setCheckpointPoolState): torch.compile(mode="reduce-overhead") trains
+  a small model, evaluates it under no_grad (a new graph warmed up while
+  the training path is being replayed), trains again with a smaller last
+  batch (the same), evaluates and trains; prints the losses, the eval
+  outputs' sums and how many restores torch made (run_graph_check.sh
+  compares all three with native's; at least one restore is required).
 Prints one JSON line: {"mode", "case", "ok", "detail"}. A crash of the CUDA
 context (illegal address) is a failed process: run_graph_check.sh says so.
 """
@@ -141,7 +148,60 @@ def case_mempool(torch):
     return ok, f"tensor in the pool and outside it right: {ok}"
 
 
-CASES = {"issue": case_issue, "two_stream": case_two_stream, "compile": case_compile, "mempool": case_mempool}
+def case_ckpt(torch):
+    # cudagraph_trees.py, CUDAGraphTreeManager._run: a function not warmed
+    # up yet, called while the tree's path is replaying (ExecutionState.
+    # EXECUTION), is warmed up after apply_checkpoint_execution_state_in_
+    # allocator(), which calls torch._C._cuda_setCheckpointPoolState.
+    import torch._inductor.config as inductor_config
+
+    inductor_config.triton.slow_path_cudagraph_asserts = True  # the pool's live blocks checked after each restore
+    restores = []
+    restore = torch._C._cuda_setCheckpointPoolState
+
+    def counted(*args):
+        restore(*args)
+        restores.append(1)
+
+    torch._C._cuda_setCheckpointPoolState = counted
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    step_fn = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    x_eval = torch.randn(64, 256, device="cuda")
+    losses, evals = [], []
+
+    def train(batch):
+        model.train()
+        x = torch.randn(batch, 256, device="cuda")
+        y = torch.randint(0, 10, (batch,), device="cuda")
+        loss = torch.nn.functional.cross_entropy(step_fn(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(round(loss.item(), 6))
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            evals.append(round(step_fn(x_eval).sum().item(), 4))
+
+    for _ in range(4):  # warm-up, recording, replays
+        train(64)
+    evaluate()  # a restore, then the eval graph's warm-up
+    evaluate()
+    for _ in range(3):
+        train(64)
+    train(48)  # the last, smaller batch of an epoch: a restore again
+    evaluate()
+    for _ in range(3):
+        train(64)
+    torch.cuda.synchronize()
+    return len(restores) > 0, {"losses": losses, "evals": evals, "restores": len(restores)}
+
+
+CASES = {"issue": case_issue, "two_stream": case_two_stream, "compile": case_compile, "mempool": case_mempool,
+         "ckpt": case_ckpt}
 
 
 def main():
