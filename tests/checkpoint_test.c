@@ -23,43 +23,18 @@
 #define S2 ((void *)0x2002)
 static const xsa_mempool_id G1 = {1, 0}, G2 = {2, 0};
 
-static bool only(void *ctx, void *stream) { return stream == ctx; }
-
-static uint64_t calls(xsa_driver_entry e) {
-    uint64_t c[XSA_DRV_COUNT];
-    xsa_driver_read_calls(drv, c, NULL);
-    return c[e];
-}
-
-/* Allocations on `stream` go to pool id (no capture: events are polled). */
-static void begin(xsa_pool *p, xsa_mempool_id id, void *stream) {
-    xsa_pool_status st = xsa_pool_begin_allocate_to_pool(p, id, only, stream, false, err, sizeof err);
-    if (st != XSA_POOL_OK) fail_msg("begin_allocate_to_pool: %d %s", st, err);
-    CHECK(p);
-}
-
-static void end(xsa_pool *p, xsa_mempool_id id) {
-    assert_int_equal(xsa_pool_end_allocate_to_pool(p, id, err, sizeof err), XSA_POOL_OK);
-    CHECK(p);
-}
-
 /* Pool id, with one use (MemPool()). */
 static void open_pool(xsa_pool *p, xsa_mempool_id id) {
     assert_int_equal(xsa_pool_mempool_create(p, id, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
 }
 
-static void drop(xsa_pool *p, xsa_mempool_id id) {
-    assert_int_equal(xsa_pool_mempool_release(p, id, err, sizeof err), XSA_POOL_OK);
-    CHECK(p);
-}
-
 /* `size` bytes of open pool id on stream S1 (the routing's use dropped). */
 static void *pool_alloc(xsa_pool *p, xsa_mempool_id id, size_t size) {
-    begin(p, id, S1);
+    pool_begin(p, id, S1, false);
     void *ptr = alloc(p, size, S1);
-    end(p, id);
-    drop(p, id);
+    pool_end(p, id);
+    pool_drop(p, id);
     return ptr;
 }
 
@@ -118,11 +93,6 @@ static void refused(xsa_pool *p, xsa_mempool_id id, const xsa_live_block *set, s
 }
 
 static int64_t current(const xsa_stat *by_type) { return by_type[XSA_STAT_ALL].current; }
-
-static void run_both(void (*body)(bool expandable)) {
-    body(true);
-    body(false);
-}
 
 /* ---- restores ---- */
 
@@ -230,10 +200,10 @@ static void refusals(bool expandable) {
     refused(p, G1, set, 2, "overlaps the block before it");
     refused(p, (xsa_mempool_id){0, 0}, c.blocks, c.n, "the device's own cache");
     refused(p, (xsa_mempool_id){7, 7}, c.blocks, c.n, "no such pool");
-    begin(p, G1, S1);
+    pool_begin(p, G1, S1, false);
     refused(p, G1, c.blocks, c.n, "being routed to");
-    end(p, G1);
-    drop(p, G2); /* released, `other` still allocated in it */
+    pool_end(p, G1);
+    pool_drop(p, G2); /* released, `other` still allocated in it */
     refused(p, G2, NULL, 0, "the pool is released");
     xsa_live_block *none = NULL;
     size_t n = 1;
@@ -262,12 +232,12 @@ static void test_unmapped_memory_refused(void **state) {
     void *a = pool_alloc(p, G1, 8 * MiB), *b = pool_alloc(p, G1, 2 * MiB); /* b's pages after a's */
     ckpt c = take(p, G1);
     release(p, a);
-    drop(p, G1);      /* released: a's pages are unmapped, b's segment stays */
+    pool_drop(p, G1);      /* released: a's pages are unmapped, b's segment stays */
     open_pool(p, G1); /* in use again */
     refused(p, G1, c.blocks, c.n, "not mapped");
     release(p, b);
     free(c.blocks);
-    drop(p, G1);
+    pool_drop(p, G1);
     teardown(p);
 }
 
@@ -285,22 +255,22 @@ static void waits_for_streams(bool expandable) {
     assert_int_equal(xsa_pool_record_stream(p, a, S2, err, sizeof err), XSA_POOL_OK);
     release(p, a); /* waits for S2's event */
     /* A capture into another pool on S0. */
-    assert_int_equal(xsa_pool_begin_allocate_to_pool(p, G2, only, S0, true, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(xsa_pool_begin_allocate_to_pool(p, G2, only_stream, S0, true, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
     refused(p, G1, with_a.blocks, with_a.n, "while a capture is under way");
-    end(p, G2);
-    uint64_t syncs = calls(XSA_DRV_event_synchronize);
+    pool_end(p, G2);
+    uint64_t syncs = driver_calls(XSA_DRV_event_synchronize);
     xsa_restore_delta d = restore(p, G1, with_a);
-    assert_true(calls(XSA_DRV_event_synchronize) > syncs);
+    assert_true(driver_calls(XSA_DRV_event_synchronize) > syncs);
     assert_int_equal(d.n_allocated, 1);
     free_delta(&d);
     /* Now a, used on S2, is freed by restoring an empty set. */
     assert_int_equal(xsa_pool_record_stream(p, a, S2, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
-    syncs = calls(XSA_DRV_stream_synchronize);
+    syncs = driver_calls(XSA_DRV_stream_synchronize);
     ckpt none = {NULL, 0};
     d = restore(p, G1, none);
-    assert_int_equal(calls(XSA_DRV_stream_synchronize), syncs + 1);
+    assert_int_equal(driver_calls(XSA_DRV_stream_synchronize), syncs + 1);
     assert_int_equal(d.n_freed, 1);
     free_delta(&d);
     assert_int_equal(current(stats(p).active), 0); /* freed at once, no event */

@@ -20,33 +20,6 @@
 static const xsa_mempool_id GLOBAL = {0, 0};
 static const xsa_mempool_id G1 = {1, 0}, G2 = {2, 0};
 
-static bool only(void *ctx, void *stream) { return stream == ctx; }
-
-static uint64_t calls(xsa_driver_entry e) {
-    uint64_t c[XSA_DRV_COUNT];
-    xsa_driver_read_calls(drv, c, NULL);
-    return c[e];
-}
-
-/* Routes the allocations on `stream` (every stream if NULL) to id. */
-static void begin(xsa_pool *p, xsa_mempool_id id, void *stream, bool capture) {
-    xsa_pool_status st = xsa_pool_begin_allocate_to_pool(p, id, stream ? only : NULL, stream, capture, err, sizeof err);
-    if (st != XSA_POOL_OK) fail_msg("begin_allocate_to_pool: %d %s", st, err);
-    CHECK(p);
-}
-
-static void end(xsa_pool *p, xsa_mempool_id id) {
-    xsa_pool_status st = xsa_pool_end_allocate_to_pool(p, id, err, sizeof err);
-    if (st != XSA_POOL_OK) fail_msg("end_allocate_to_pool: %d %s", st, err);
-    CHECK(p);
-}
-
-static void drop(xsa_pool *p, xsa_mempool_id id) {
-    xsa_pool_status st = xsa_pool_mempool_release(p, id, err, sizeof err);
-    if (st != XSA_POOL_OK) fail_msg("mempool_release: %d %s", st, err);
-    CHECK(p);
-}
-
 static void use_on(xsa_pool *p, void *ptr, void *stream) {
     assert_int_equal(xsa_pool_record_stream(p, ptr, stream, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
@@ -82,29 +55,24 @@ static size_t held_by(xsa_pool *p, xsa_mempool_id id) {
 
 static int64_t reserved(xsa_pool *p) { return stats(p).reserved_bytes[XSA_STAT_ALL].current; }
 
-static void run_both(void (*body)(bool expandable)) {
-    body(true);
-    body(false);
-}
-
 /* ---- routing ---- */
 
 static void routing_by_filter(bool expandable) {
     xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
-    begin(p, G1, S1, true);
+    pool_begin(p, G1, S1, true);
     void *a = alloc(p, 1000, S1), *b = alloc(p, 1000, S0), *c = alloc(p, 8 * MiB, S1);
     ASSERT_POOL(p, a, G1);
     ASSERT_POOL(p, b, GLOBAL);
     ASSERT_POOL(p, c, G1);
     /* The routing begun first wins where both accept (PyTorch's order). */
-    begin(p, G2, NULL, true);
+    pool_begin(p, G2, NULL, true);
     void *d = alloc(p, 1000, S1), *e = alloc(p, 1000, S0);
     ASSERT_POOL(p, d, G1);
     ASSERT_POOL(p, e, G2);
-    end(p, G1);
+    pool_end(p, G1);
     void *f = alloc(p, 1000, S1);
     ASSERT_POOL(p, f, G2);
-    end(p, G2);
+    pool_end(p, G2);
     void *g = alloc(p, 1000, S1);
     ASSERT_POOL(p, g, GLOBAL);
     /* Pool memory counts in the device's stats. */
@@ -133,12 +101,12 @@ static void test_bad_calls(void **state) {
     REFUSED(xsa_pool_mempool_create(p, GLOBAL, err, sizeof err));
     REFUSED(xsa_pool_end_allocate_to_pool(p, G1, err, sizeof err));
     REFUSED(xsa_pool_mempool_release(p, G1, err, sizeof err));
-    begin(p, G1, S1, false);
+    pool_begin(p, G1, S1, false);
     REFUSED(xsa_pool_begin_allocate_to_pool(p, G1, NULL, NULL, true, err, sizeof err));
     /* The routing's use is the last one: releasing it would strand routed blocks. */
     REFUSED(xsa_pool_mempool_release(p, G1, err, sizeof err));
-    end(p, G1);
-    drop(p, G1);
+    pool_end(p, G1);
+    pool_drop(p, G1);
     assert_false(xsa_pool_mempool_exists(p, G1, NULL));
     REFUSED(xsa_pool_mempool_release(p, G1, err, sizeof err));
     teardown(p);
@@ -148,7 +116,7 @@ static void test_bad_calls(void **state) {
 
 static void reuse_within_pool(bool expandable) {
     xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
-    begin(p, G1, S1, true);
+    pool_begin(p, G1, S1, true);
     void *a = alloc(p, 3 * MiB, S1), *s = alloc(p, 4096, S1);
     int64_t held = reserved(p);
     release(p, a);
@@ -159,8 +127,8 @@ static void reuse_within_pool(bool expandable) {
     assert_int_equal(reserved(p), held);
     release(p, a);
     release(p, s);
-    end(p, G1);
-    drop(p, G1);
+    pool_end(p, G1);
+    pool_drop(p, G1);
     teardown(p);
 }
 
@@ -171,11 +139,11 @@ static void test_reuse_within_pool_one_stream(void **state) {
 
 static void no_reuse_outside_pool(bool expandable) {
     xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
-    begin(p, G1, S1, true);
+    pool_begin(p, G1, S1, true);
     void *a = alloc(p, 1000, S1), *b = alloc(p, 8 * MiB, S1);
     release(p, a);
     release(p, b);
-    end(p, G1);
+    pool_end(p, G1);
     size_t pool_bytes = held_by(p, G1);
     /* The same requests on the same stream, outside the pool: new memory. */
     void *c = alloc(p, 1000, S1), *d = alloc(p, 8 * MiB, S1);
@@ -185,11 +153,11 @@ static void no_reuse_outside_pool(bool expandable) {
     assert_ptr_not_equal(d, b);
     assert_int_equal(held_by(p, G1), pool_bytes);
     /* Another pool does not get it either. */
-    begin(p, G2, S1, true);
+    pool_begin(p, G2, S1, true);
     void *e = alloc(p, 8 * MiB, S1);
     ASSERT_POOL(p, e, G2);
     release(p, e);
-    end(p, G2);
+    pool_end(p, G2);
     /* The global pool's empty_cache leaves the pool's memory where it is. */
     release(p, c);
     release(p, d);
@@ -197,8 +165,8 @@ static void no_reuse_outside_pool(bool expandable) {
     CHECK(p);
     assert_int_equal(held_by(p, G1), pool_bytes);
     assert_int_equal((size_t)reserved(p), pool_bytes + held_by(p, G2));
-    drop(p, G1);
-    drop(p, G2);
+    pool_drop(p, G1);
+    pool_drop(p, G2);
     assert_int_equal(reserved(p), 0);
     teardown(p);
 }
@@ -212,33 +180,33 @@ static void test_no_reuse_outside_pool(void **state) {
 
 static void cross_stream_free_deferred(bool expandable) {
     xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
-    begin(p, G1, S1, true);
+    pool_begin(p, G1, S1, true);
     assert_true(xsa_pool_capturing(p));
     void *a = alloc(p, 4096, S1);
     use_on(p, a, S2);
-    uint64_t records = calls(XSA_DRV_event_record);
+    uint64_t records = driver_calls(XSA_DRV_event_record);
     release(p, a);
     /* No event during the capture, and a is not reused: S2's use is pending. */
-    assert_int_equal(calls(XSA_DRV_event_record), records);
+    assert_int_equal(driver_calls(XSA_DRV_event_record), records);
     assert_int_equal(stats(p).active[XSA_STAT_ALL].current, 1);
     void *b = alloc(p, 4096, S1);
     assert_ptr_not_equal(b, a);
-    end(p, G1);
+    pool_end(p, G1);
     /* After the capture the free waits for S2 like any record_stream free. */
-    assert_int_equal(calls(XSA_DRV_event_record), records + 1);
-    begin(p, G1, S1, false); /* a routing that is no capture polls events */
+    assert_int_equal(driver_calls(XSA_DRV_event_record), records + 1);
+    pool_begin(p, G1, S1, false); /* a routing that is no capture polls events */
     assert_false(xsa_pool_capturing(p));
     void *c = alloc(p, 4096, S1);
     assert_ptr_not_equal(c, a);
     xsa_sim_complete_stream(S2);
     void *d = alloc(p, 4096, S1);
     assert_ptr_equal(d, a); /* back in its pool */
-    end(p, G1);
+    pool_end(p, G1);
     release(p, b);
     release(p, c);
     release(p, d);
-    drop(p, G1);
-    drop(p, G1);
+    pool_drop(p, G1);
+    pool_drop(p, G1);
     assert_int_equal(reserved(p), 0);
     teardown(p);
 }
@@ -255,9 +223,9 @@ static void no_event_query_during_capture(bool expandable) {
     use_on(p, w, S2);
     release(p, w);
     release(p, alloc(p, 40 * MiB, S0));
-    uint64_t queries = calls(XSA_DRV_event_query), syncs = calls(XSA_DRV_event_synchronize);
+    uint64_t queries = driver_calls(XSA_DRV_event_query), syncs = driver_calls(XSA_DRV_event_synchronize);
     int64_t retries = stats(p).num_alloc_retries, sync_all = stats(p).num_sync_all_streams;
-    begin(p, G1, S1, true);
+    pool_begin(p, G1, S1, true);
     void *a = alloc(p, 4096, S1), *b = alloc(p, 4096, S0);
     release(p, a);
     a = alloc(p, 4096, S1);
@@ -268,20 +236,20 @@ static void no_event_query_during_capture(bool expandable) {
     CHECK(p);
     assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
-    assert_int_equal(calls(XSA_DRV_event_query), queries);
-    assert_int_equal(calls(XSA_DRV_event_synchronize), syncs);
+    assert_int_equal(driver_calls(XSA_DRV_event_query), queries);
+    assert_int_equal(driver_calls(XSA_DRV_event_synchronize), syncs);
     assert_int_equal(stats(p).num_alloc_retries, retries);
     assert_int_equal(stats(p).num_sync_all_streams, sync_all);
-    end(p, G1);
+    pool_end(p, G1);
     /* Outside the capture both happen again: the counters can see them. */
     release(p, alloc(p, 4096, S0));
-    assert_true(calls(XSA_DRV_event_query) > queries);
+    assert_true(driver_calls(XSA_DRV_event_query) > queries);
     x = alloc(p, 40 * MiB, S1);
     assert_int_equal(stats(p).num_sync_all_streams, sync_all + 1);
     release(p, x);
     release(p, a);
     release(p, b);
-    drop(p, G1);
+    pool_drop(p, G1);
     teardown(p);
 }
 
@@ -300,10 +268,10 @@ static void recycling_at_once(xsa_pool_options *o) {
 static void test_recycling_and_empty_cache_leave_live_pools_alone(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, recycling_at_once);
-    begin(p, G1, S1, true);
+    pool_begin(p, G1, S1, true);
     void *g = alloc(p, 8 * MiB, S1); /* the graph's temporary: freed in the capture */
     release(p, g);
-    end(p, G1);
+    pool_end(p, G1);
     /* The global pool grows to the device's highest allocated bytes: page
      * recycling would take the pool's 4 free pages. */
     void *a = alloc(p, 8 * MiB, S0);
@@ -319,7 +287,7 @@ static void test_recycling_and_empty_cache_leave_live_pools_alone(void **state) 
     xsa_sim_complete_all();
     CHECK(p);
     /* Released, the pool's free pages serve the device again. */
-    drop(p, G1);
+    pool_drop(p, G1);
     assert_int_equal(reserved(p), 0);
     teardown(p);
 }
@@ -351,12 +319,12 @@ static void captured_graph(bool expandable) {
     use_on(p, w, S1);
     release(p, w);
     if (!expandable) {
-        begin(p, G1, S1, false);
+        pool_begin(p, G1, S1, false);
         release(p, alloc(p, 8 * MiB, S1));
-        end(p, G1);
+        pool_end(p, G1);
     }
     assert_int_equal(XSA_DRV(drv, stream_begin_capture, S1), XSA_CU_SUCCESS);
-    begin(p, G1, S1, true);
+    pool_begin(p, G1, S1, true);
     void *a = alloc(p, 2 * MiB, S1);
     launch(S1, a, 2 * MiB);
     void *b = alloc(p, 2 * MiB, S1);
@@ -365,7 +333,7 @@ static void captured_graph(bool expandable) {
     void *c = alloc(p, 2 * MiB, S1); /* a's memory, reused inside the capture */
     launch(S1, c, 2 * MiB);
     release(p, b);
-    end(p, G1);
+    pool_end(p, G1);
     xsa_graph graph = NULL;
     xsa_graph_exec exec = NULL;
     assert_int_equal(XSA_DRV(drv, stream_end_capture, S1, &graph), XSA_CU_SUCCESS);
@@ -397,8 +365,8 @@ static void captured_graph(bool expandable) {
     release(p, x);
     assert_int_equal(XSA_DRV(drv, graph_exec_destroy, exec), XSA_CU_SUCCESS);
     assert_int_equal(XSA_DRV(drv, graph_destroy, graph), XSA_CU_SUCCESS);
-    drop(p, G1);
-    if (!expandable) drop(p, G1); /* the warm-up's use */
+    pool_drop(p, G1);
+    if (!expandable) pool_drop(p, G1); /* the warm-up's use */
     teardown(p);
 }
 
@@ -418,8 +386,8 @@ static void test_capture_in_classic_mode(void **state) {
     (void)state;
     xsa_pool *p = make_pool(64 * MiB, false, gc_at_half);
     release(p, alloc(p, 40 * MiB, S0)); /* cached, unsplit, above the GC threshold */
-    uint64_t frees = calls(XSA_DRV_mem_free), syncs = calls(XSA_DRV_stream_synchronize);
-    begin(p, G1, S1, true);
+    uint64_t frees = driver_calls(XSA_DRV_mem_free), syncs = driver_calls(XSA_DRV_stream_synchronize);
+    pool_begin(p, G1, S1, true);
     void *a = alloc(p, 4 * MiB, S1); /* a new 20 MiB segment of the pool */
     ASSERT_POOL(p, a, G1);
     void *x = NULL;
@@ -427,18 +395,18 @@ static void test_capture_in_classic_mode(void **state) {
     CHECK(p);
     release(p, a);
     assert_ptr_equal(alloc(p, 4 * MiB, S1), a);
-    assert_int_equal(calls(XSA_DRV_mem_free), frees);
-    assert_int_equal(calls(XSA_DRV_stream_synchronize), syncs);
-    end(p, G1);
+    assert_int_equal(driver_calls(XSA_DRV_mem_free), frees);
+    assert_int_equal(driver_calls(XSA_DRV_stream_synchronize), syncs);
+    pool_end(p, G1);
     /* After the capture the same request frees the global cache and fits. */
-    begin(p, G1, S1, false);
+    pool_begin(p, G1, S1, false);
     x = alloc(p, 20 * MiB, S1);
-    assert_true(calls(XSA_DRV_mem_free) > frees);
+    assert_true(driver_calls(XSA_DRV_mem_free) > frees);
     release(p, x);
     release(p, a);
-    end(p, G1);
-    drop(p, G1);
-    drop(p, G1); /* each begin added a use */
+    pool_end(p, G1);
+    pool_drop(p, G1);
+    pool_drop(p, G1); /* each begin added a use */
     assert_int_equal(usage().mem_allocs, 0);
     teardown(p);
 }
@@ -449,30 +417,30 @@ static void test_no_page_moves_during_capture(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, recycling_at_once);
     release(p, alloc(p, 8 * MiB, S0)); /* 4 free pages of the global pool */
-    uint64_t records = calls(XSA_DRV_event_record), queries = calls(XSA_DRV_event_query);
-    begin(p, G1, S1, true);
+    uint64_t records = driver_calls(XSA_DRV_event_record), queries = driver_calls(XSA_DRV_event_query);
+    pool_begin(p, G1, S1, true);
     void *g = alloc(p, 8 * MiB, S1);
     assert_int_equal(stats(p).num_pages_recycled, 0);
-    assert_int_equal(calls(XSA_DRV_event_record), records);
-    assert_int_equal(calls(XSA_DRV_event_query), queries);
+    assert_int_equal(driver_calls(XSA_DRV_event_record), records);
+    assert_int_equal(driver_calls(XSA_DRV_event_query), queries);
     release(p, g);
-    end(p, G1);
+    pool_end(p, G1);
     /* The same growth outside a capture takes them. */
-    begin(p, G2, S1, false);
+    pool_begin(p, G2, S1, false);
     void *h = alloc(p, 8 * MiB, S1);
     assert_int_equal(stats(p).num_pages_recycled, 4);
     release(p, h);
-    end(p, G2);
+    pool_end(p, G2);
     /* Their old addresses wait for S0's work: a growth during a capture
      * does not query its event to unmap them. */
-    queries = calls(XSA_DRV_event_query);
-    begin(p, G1, S1, true);
+    queries = driver_calls(XSA_DRV_event_query);
+    pool_begin(p, G1, S1, true);
     void *k = alloc(p, 16 * MiB, S1);
-    assert_int_equal(calls(XSA_DRV_event_query), queries);
+    assert_int_equal(driver_calls(XSA_DRV_event_query), queries);
     release(p, k);
-    end(p, G1);
-    drop(p, G1);
-    drop(p, G2);
+    pool_end(p, G1);
+    pool_drop(p, G1);
+    pool_drop(p, G2);
     teardown(p);
 }
 
@@ -482,17 +450,17 @@ static void release_returns_memory(bool expandable) {
     xsa_pool *p = make_pool(1 * GiB, expandable, NULL);
     assert_int_equal(xsa_pool_mempool_create(p, G1, err, sizeof err), XSA_POOL_OK); /* MemPool() */
     CHECK(p);
-    begin(p, G1, S1, true);                                                          /* use 2 */
+    pool_begin(p, G1, S1, true);                                                          /* use 2 */
     void *a = alloc(p, 8 * MiB, S1), *b = alloc(p, 1000, S1), *c = alloc(p, 4 * MiB, S1);
     release(p, a);
-    end(p, G1);
-    drop(p, G1);
+    pool_end(p, G1);
+    pool_drop(p, G1);
     int uses = 0;
     assert_true(xsa_pool_mempool_exists(p, G1, &uses));
     assert_int_equal(uses, 1);
     /* In use: kept (classic: a and c share one 20 MiB segment). */
     assert_int_equal(held_by(p, G1), (expandable ? 12 * MiB : 20 * MiB) + 2 * MiB);
-    drop(p, G1);
+    pool_drop(p, G1);
     /* Released: the free memory goes at once (a's pages; a classic segment
      * only when all of it is free), the rest with the last block. */
     size_t left = (expandable ? 4 * MiB : 20 * MiB) + 2 * MiB;
@@ -506,16 +474,16 @@ static void release_returns_memory(bool expandable) {
     assert_false(xsa_pool_mempool_exists(p, G1, NULL));
     assert_int_equal(usage().handles + usage().mem_allocs, 0);
     /* A pool released during another capture gives its memory back at the end. */
-    begin(p, G2, S2, true);
-    begin(p, G1, S1, false);
+    pool_begin(p, G2, S2, true);
+    pool_begin(p, G1, S1, false);
     release(p, alloc(p, 1000, S1));
-    end(p, G1);
-    drop(p, G1);
+    pool_end(p, G1);
+    pool_drop(p, G1);
     assert_int_equal(held_by(p, G1), 2 * MiB);
-    end(p, G2);
+    pool_end(p, G2);
     assert_int_equal(held_by(p, G1), 0);
     assert_false(xsa_pool_mempool_exists(p, G1, NULL));
-    drop(p, G2);
+    pool_drop(p, G2);
     teardown(p);
 }
 

@@ -62,6 +62,38 @@ xsa_sim_usage usage(void) {
     return u;
 }
 
+uint64_t driver_calls(xsa_driver_entry e) {
+    uint64_t c[XSA_DRV_COUNT];
+    xsa_driver_read_calls(drv, c, NULL);
+    return c[e];
+}
+
+void run_both(void (*body)(bool expandable)) {
+    body(true);
+    body(false);
+}
+
+bool only_stream(void *ctx, void *stream) { return stream == ctx; }
+
+void pool_begin(xsa_pool *p, xsa_mempool_id id, void *stream, bool capture) {
+    xsa_pool_status st =
+        xsa_pool_begin_allocate_to_pool(p, id, stream ? only_stream : NULL, stream, capture, err, sizeof err);
+    if (st != XSA_POOL_OK) fail_msg("begin_allocate_to_pool: %d %s", st, err);
+    check(p);
+}
+
+void pool_end(xsa_pool *p, xsa_mempool_id id) {
+    xsa_pool_status st = xsa_pool_end_allocate_to_pool(p, id, err, sizeof err);
+    if (st != XSA_POOL_OK) fail_msg("end_allocate_to_pool: %d %s", st, err);
+    check(p);
+}
+
+void pool_drop(xsa_pool *p, xsa_mempool_id id) {
+    xsa_pool_status st = xsa_pool_mempool_release(p, id, err, sizeof err);
+    if (st != XSA_POOL_OK) fail_msg("mempool_release: %d %s", st, err);
+    check(p);
+}
+
 void teardown(xsa_pool *p) {
     xsa_pool_destroy(p);
     xsa_fixture_expect_sim_empty();

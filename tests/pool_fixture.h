@@ -1,14 +1,16 @@
 /*
  * pool_fixture: the pool-level tests' shared steps on the simulated driver
- * (pool_test, recycle_test): a pool on a fresh simulated device, malloc and
- * free that fail the test on error, and the pool's and the simulated
- * driver's invariant checkers after every step.
+ * (pool_test, recycle_test, graph_test, checkpoint_test): a pool on a
+ * fresh simulated device, malloc and free and memory-pool routing that fail
+ * the test on error, and the pool's and the simulated driver's invariant
+ * checkers after every step.
  */
 #ifndef XSA_TESTS_POOL_FIXTURE_H
 #define XSA_TESTS_POOL_FIXTURE_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "pool/pool.h"
 #include "vmm/sim.h"
@@ -34,6 +36,18 @@ void *alloc(xsa_pool *p, size_t size, void *stream);
 void release(xsa_pool *p, void *ptr);
 xsa_device_stats stats(xsa_pool *p);
 xsa_sim_usage usage(void);
+/* Calls made so far to one driver entry point. */
+uint64_t driver_calls(xsa_driver_entry e);
+/* The body with an expandable pool, then a classic one. */
+void run_both(void (*body)(bool expandable));
+/* A routing filter that accepts the stream given as its context. */
+bool only_stream(void *ctx, void *stream);
+/* Routes the allocations on `stream` (every stream if NULL) to memory pool
+ * id (capture: as stream capture does, events are not polled). */
+void pool_begin(xsa_pool *p, xsa_mempool_id id, void *stream, bool capture);
+void pool_end(xsa_pool *p, xsa_mempool_id id);
+/* Drops a use of memory pool id (xsa_pool_mempool_release). */
+void pool_drop(xsa_pool *p, xsa_mempool_id id);
 /* Destroys the pool; the simulated driver must then hold nothing. */
 void teardown(xsa_pool *p);
 

@@ -28,12 +28,6 @@ static void expect_bytes(const void *p, int byte, size_t n) {
         if (((const unsigned char *)p)[i] != (unsigned char)byte) fail_msg("byte %zu of %p changed", i, p);
 }
 
-static uint64_t calls(xsa_driver_entry e) {
-    uint64_t c[XSA_DRV_COUNT];
-    xsa_driver_read_calls(drv, c, NULL);
-    return c[e];
-}
-
 /* Large segment of S0: a [0, 6), b [6, 10), c [10, 12) MiB, b freed; the
  * stream's work is still queued (events complete only when told). */
 typedef struct layout {
@@ -53,7 +47,7 @@ static void test_page_moves_at_once_on_its_stream(void **state) {
     xsa_pool *p = make_pool(1 * GiB, true, recycling);
     layout l = three_blocks_b_free(p);
     xsa_sim_usage before = usage();
-    uint64_t syncs = calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize);
+    uint64_t syncs = driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize);
     /* The small pool grows by b's upper page, though S0's work may still
      * use it: its work comes after that work on S0. */
     void *d = alloc(p, 1000, S0);
@@ -62,8 +56,8 @@ static void test_page_moves_at_once_on_its_stream(void **state) {
     assert_int_equal(usage().handles, before.handles); /* no new physical page */
     assert_int_equal(s.reserved_bytes[XSA_STAT_LARGE_POOL].current, 10 * MiB);
     assert_int_equal(s.reserved_bytes[XSA_STAT_SMALL_POOL].current, 2 * MiB);
-    assert_int_equal(calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize), syncs);
-    assert_int_equal(calls(XSA_DRV_stream_wait_event), 0); /* same stream: no wait */
+    assert_int_equal(driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize), syncs);
+    assert_int_equal(driver_calls(XSA_DRV_stream_wait_event), 0); /* same stream: no wait */
     /* The old address still maps the page (queued work may use it): one
      * physical page, seen at both addresses, counted once. */
     char *old = (char *)l.b + 2 * MiB;
@@ -91,8 +85,8 @@ static void test_other_stream_waits_on_the_gpu_and_old_address_goes_later(void *
     /* b's lower page moves to S1's small pool: S1 waits for S0's queued
      * work on the GPU (cuStreamWaitEvent), the CPU waits for nothing. */
     void *x = alloc(p, 1 * MiB, S1);
-    assert_int_equal(calls(XSA_DRV_stream_wait_event), 1);
-    assert_int_equal(calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize), 0);
+    assert_int_equal(driver_calls(XSA_DRV_stream_wait_event), 1);
+    assert_int_equal(driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize), 0);
     assert_int_equal(stats(p).num_pages_recycled, 2);
     /* S0's work is still queued: both old addresses stay mapped. */
     assert_int_not_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)upper), 0);
@@ -102,7 +96,7 @@ static void test_other_stream_waits_on_the_gpu_and_old_address_goes_later(void *
     void *y = alloc(p, 2 * MiB, S1);
     assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)upper), 0);
     assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)lower), 0);
-    assert_int_equal(calls(XSA_DRV_event_synchronize) + calls(XSA_DRV_stream_synchronize), 0);
+    assert_int_equal(driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize), 0);
     assert_int_equal(usage().mapped_bytes, (size_t)stats(p).reserved_bytes[XSA_STAT_ALL].current);
     release(p, x);
     release(p, y);
@@ -132,7 +126,7 @@ static void test_no_wait_for_finished_work_and_own_stream_first(void **state) {
      * waits for nothing. */
     void *y = alloc(p, 6 * MiB, S1);
     assert_int_equal(stats(p).num_pages_recycled, 4);
-    assert_int_equal(calls(XSA_DRV_stream_wait_event), 0);
+    assert_int_equal(driver_calls(XSA_DRV_stream_wait_event), 0);
     xsa_sim_set_eager_events(0);
     release(p, x);
     release(p, y);
@@ -152,12 +146,12 @@ static void test_pending_record_stream_block_moves_after_a_gpu_wait(void **state
     void *keep = alloc(p, 2 * MiB, S0);
     assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
     release(p, a); /* waits for S1's event */
-    uint64_t waits = calls(XSA_DRV_stream_wait_event), syncs = calls(XSA_DRV_event_synchronize);
+    uint64_t waits = driver_calls(XSA_DRV_stream_wait_event), syncs = driver_calls(XSA_DRV_event_synchronize);
     void *x = alloc(p, 2 * MiB, S1); /* short of a page: a is handed over, one page moves */
     assert_int_equal(stats(p).num_pages_recycled, 1);
     /* S0 waits for S1's event, then S1 for the fence on S0. */
-    assert_int_equal(calls(XSA_DRV_stream_wait_event), waits + 2);
-    assert_int_equal(calls(XSA_DRV_event_synchronize), syncs);
+    assert_int_equal(driver_calls(XSA_DRV_stream_wait_event), waits + 2);
+    assert_int_equal(driver_calls(XSA_DRV_event_synchronize), syncs);
     assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 6 * MiB);
     xsa_sim_complete_all();
     void *y = alloc(p, 2 * MiB, S1); /* a's other page, a free block of S0 by now */
@@ -264,10 +258,10 @@ static void test_empty_cache_waits_for_old_addresses(void **state) {
     void *d = alloc(p, 1000, S0); /* b's upper page moves; S0's work is queued */
     release(p, l.a);
     release(p, l.c);
-    uint64_t syncs = calls(XSA_DRV_event_synchronize);
+    uint64_t syncs = driver_calls(XSA_DRV_event_synchronize);
     assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
-    assert_true(calls(XSA_DRV_event_synchronize) > syncs);
+    assert_true(driver_calls(XSA_DRV_event_synchronize) > syncs);
     /* Only the small pool's page is left, mapped once. */
     assert_int_equal(usage().mapped_bytes, 2 * MiB);
     assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 2 * MiB);
@@ -418,10 +412,10 @@ static void quarter_headroom_six_mib(xsa_pool_options *o) {
  * new or moved) in last_maps. */
 static uint64_t last_maps;
 static uint64_t creates_of(xsa_pool *p, size_t size, void *stream, void **out) {
-    uint64_t c0 = calls(XSA_DRV_mem_create), m0 = calls(XSA_DRV_mem_map);
+    uint64_t c0 = driver_calls(XSA_DRV_mem_create), m0 = driver_calls(XSA_DRV_mem_map);
     *out = alloc(p, size, stream);
-    last_maps = calls(XSA_DRV_mem_map) - m0;
-    return calls(XSA_DRV_mem_create) - c0;
+    last_maps = driver_calls(XSA_DRV_mem_map) - m0;
+    return driver_calls(XSA_DRV_mem_create) - c0;
 }
 
 /* A growth's new handles hold at most 1/8 of the headroom (the highest
