@@ -106,19 +106,6 @@ static void *alloc(size_t size) {
     return p;
 }
 
-static void fill(void *p, size_t size, unsigned char seed) {
-    unsigned char *b = p;
-    for (size_t i = 0; i < size; i += 512) b[i] = (unsigned char)(seed + i / 512);
-    b[size - 1] = seed;
-}
-
-static int filled(const void *p, size_t size, unsigned char seed) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < size; i += 512)
-        if (b[i] != (unsigned char)(seed + i / 512)) return 0;
-    return b[size - 1] == seed;
-}
-
 static xsa_sim_usage usage(void) {
     xsa_sim_usage u;
     xsa_sim_get_usage(&u);
@@ -139,14 +126,14 @@ static void test_share_and_open_here(void **state) {
     (void)state;
     OK(xsa_init("ipc_handles:True"));
     void *pad = alloc(1536 * KiB), *blk = alloc(5 * MiB);
-    fill(blk, 5 * MiB, 'A');
+    xsa_fixture_fill(blk, 5 * MiB, 'A');
     share s = share_of(blk), again = share_of(blk), other = share_of(pad);
     assert_int_equal(s.offset, 1536 * KiB); /* one-page handles: from blk's first page */
     assert_true(s.len == again.len && memcmp(s.bytes, again.bytes, s.len) == 0);
     assert_true(other.len != s.len || memcmp(other.bytes, s.bytes, s.len) != 0);
     void *base = NULL, *base2 = NULL, *on1 = NULL;
     OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
-    assert_true(base != (char *)blk - s.offset && filled((char *)base + s.offset, 5 * MiB, 'A'));
+    assert_true(base != (char *)blk - s.offset && xsa_fixture_filled((char *)base + s.offset, 5 * MiB, 'A'));
     size_t mapped = usage().mapped_bytes;
     char *odd = malloc(again.len + 1); /* the bytes at any alignment, as a caller's buffer may be */
     memcpy(odd + 1, again.bytes, again.len);
@@ -156,10 +143,10 @@ static void test_share_and_open_here(void **state) {
     assert_int_equal(usage().mapped_bytes, mapped); /* opened once */
     OK(xsa_ipc_open(s.bytes, s.len, 1, &on1)); /* another device maps it for itself */
     assert_true(on1 != base && xsa_sim_page_access((uintptr_t)on1) == 2u);
-    fill((char *)base + s.offset, 5 * MiB, 'B');
-    assert_true(filled(blk, 5 * MiB, 'B'));
+    xsa_fixture_fill((char *)base + s.offset, 5 * MiB, 'B');
+    assert_true(xsa_fixture_filled(blk, 5 * MiB, 'B'));
     OK(xsa_ipc_close(base));
-    assert_true(filled((char *)base + s.offset, 5 * MiB, 'B')); /* still open once */
+    assert_true(xsa_fixture_filled((char *)base + s.offset, 5 * MiB, 'B')); /* still open once */
     OK(xsa_ipc_close(base));
     OK(xsa_ipc_close(on1));
     FAILS(XSA_ERROR_INVALID_POINTER, xsa_ipc_close(base), "already closed");
@@ -207,7 +194,7 @@ static void test_reused_fd_numbers_are_stale(void **state) {
     OK(xsa_free(blk));
     OK(xsa_empty_cache());
     void *next = alloc(2 * MiB);
-    fill(next, 2 * MiB, 'N');
+    xsa_fixture_fill(next, 2 * MiB, 'N');
     share n = share_of(next);
     int new_fd;
     memcpy(&new_fd, (char *)n.bytes + HEADER + CHUNK_FD, sizeof new_fd);
@@ -215,7 +202,7 @@ static void test_reused_fd_numbers_are_stale(void **state) {
     void *base = NULL;
     FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "stale handle");
     OK(xsa_ipc_open(n.bytes, n.len, 0, &base));
-    assert_true(filled((char *)base + n.offset, 2 * MiB, 'N'));
+    assert_true(xsa_fixture_filled((char *)base + n.offset, 2 * MiB, 'N'));
     OK(xsa_ipc_close(base));
     xsa_free_buffer(k.bytes), xsa_free_buffer(s.bytes), xsa_free_buffer(n.bytes);
     OK(xsa_free(keep));
@@ -230,7 +217,7 @@ static void test_multi_page_handles(void **state) {
     OK(xsa_init("ipc_handles:True,page_recycling_headroom:1"));
     OK(xsa_free(alloc(64 * MiB)));
     void *pad = alloc(3 * MiB), *blk = alloc(10 * MiB); /* pages 1-6 of two 4-page handles */
-    fill(blk, 10 * MiB, 'H');
+    xsa_fixture_fill(blk, 10 * MiB, 'H');
     share s = share_of(blk), p = share_of(pad);
     uint32_t n_chunks, pages[2];
     memcpy(&n_chunks, (char *)s.bytes + AT_N_CHUNKS, sizeof n_chunks);
@@ -243,12 +230,12 @@ static void test_multi_page_handles(void **state) {
     void *base = NULL, *pbase = NULL;
     OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
     assert_int_equal(usage().mapped_bytes, mapped + 16 * MiB);
-    assert_true(filled((char *)base + s.offset, 10 * MiB, 'H'));
-    fill(pad, 3 * MiB, 'P');
+    assert_true(xsa_fixture_filled((char *)base + s.offset, 10 * MiB, 'H'));
+    xsa_fixture_fill(pad, 3 * MiB, 'P');
     OK(xsa_ipc_open(p.bytes, p.len, 0, &pbase));
-    assert_true(filled((char *)pbase + p.offset, 3 * MiB, 'P') && filled((char *)base, 3 * MiB, 'P'));
-    fill((char *)base + s.offset, 10 * MiB, 'I');
-    assert_true(filled(blk, 10 * MiB, 'I'));
+    assert_true(xsa_fixture_filled((char *)pbase + p.offset, 3 * MiB, 'P') && xsa_fixture_filled((char *)base, 3 * MiB, 'P'));
+    xsa_fixture_fill((char *)base + s.offset, 10 * MiB, 'I');
+    assert_true(xsa_fixture_filled(blk, 10 * MiB, 'I'));
     OK(xsa_ipc_close(pbase));
     OK(xsa_ipc_close(base));
     xsa_free_buffer(s.bytes), xsa_free_buffer(p.bytes);
@@ -410,7 +397,7 @@ static void test_exporter_exits(void **state) {
         share s;
         char go;
         if (xsa_shutdown() || xsa_init("ipc_handles:True") || xsa_malloc(&p, 3 * MiB, 0, S0)) _exit(1);
-        fill(p, 3 * MiB, 'E');
+        xsa_fixture_fill(p, 3 * MiB, 'E');
         if (xsa_ipc_share(p, &bytes, &s.len, &s.offset)) _exit(2);
         s.bytes = bytes;
         write_share(to_parent[1], &s);
@@ -422,12 +409,12 @@ static void test_exporter_exits(void **state) {
     close(to_parent[0]);
     void *base = NULL;
     OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
-    assert_true(filled((char *)base + s.offset, 3 * MiB, 'E'));
+    assert_true(xsa_fixture_filled((char *)base + s.offset, 3 * MiB, 'E'));
     assert_int_equal(write(to_child[1], "x", 1), 1);
     close(to_child[1]);
     wait_ok(pid, 0);
     /* The memory stays while this process has it open. */
-    assert_true(filled((char *)base + s.offset, 3 * MiB, 'E'));
+    assert_true(xsa_fixture_filled((char *)base + s.offset, 3 * MiB, 'E'));
     OK(xsa_ipc_close(base));
     FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "has exited");
     free(s.bytes);
@@ -535,7 +522,7 @@ static void test_failures_leave_nothing(void **state) {
     (void)state;
     OK(xsa_init("ipc_handles:True"));
     void *blk = alloc(6 * MiB);
-    fill(blk, 6 * MiB, 'F');
+    xsa_fixture_fill(blk, 6 * MiB, 'F');
     share s = share_of(blk);
     struct { xsa_driver_entry e; uint64_t nth; } faults[] = {
         {XSA_DRV_mem_address_reserve, 1}, {XSA_DRV_mem_import_fd, 2}, {XSA_DRV_mem_map, 3},
@@ -560,7 +547,7 @@ static void test_failures_leave_nothing(void **state) {
     FAILS(XSA_ERROR_DRIVER, xsa_ipc_close(base), "close again");
     void *fresh = NULL; /* not the half-closed one */
     OK(xsa_ipc_open(s.bytes, s.len, 0, &fresh));
-    assert_true(fresh != base && filled((char *)fresh + s.offset, 6 * MiB, 'F'));
+    assert_true(fresh != base && xsa_fixture_filled((char *)fresh + s.offset, 6 * MiB, 'F'));
     OK(xsa_ipc_close(fresh));
     OK(xsa_ipc_close(base));
     assert_int_equal(usage().reservations, u0.reservations);

@@ -96,19 +96,6 @@ static void *alloc(size_t size, int device, void *stream) {
     return p;
 }
 
-static void fill(void *p, size_t size, unsigned char seed) {
-    unsigned char *b = p;
-    for (size_t i = 0; i < size; i += 512) b[i] = (unsigned char)(seed + i / 512);
-    b[size - 1] = seed;
-}
-
-static int filled(const void *p, size_t size, unsigned char seed) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < size; i += 512)
-        if (b[i] != (unsigned char)(seed + i / 512)) return 0;
-    return b[size - 1] == seed;
-}
-
 
 static xsa_device_stats stats(int device) {
     xsa_device_stats s;
@@ -135,10 +122,10 @@ static int child(int sock) {
     xsa_status st = xsa_ipc_import(&h, 0, &q);
     xsa_ipc_handle_close(&h);
     if (st != XSA_SUCCESS) return CHILD_IMPORT;
-    if (!filled(q, h.size, 'A')) return CHILD_DATA_A;
+    if (!xsa_fixture_filled(q, h.size, 'A')) return CHILD_DATA_A;
     if (!sync_byte(sock, '1')) return CHILD_SYNC;
-    if (!filled(q, h.size, 'B')) return CHILD_DATA_B;
-    fill(q, h.size, 'C');
+    if (!xsa_fixture_filled(q, h.size, 'B')) return CHILD_DATA_B;
+    xsa_fixture_fill(q, h.size, 'C');
     if (xsa_ipc_close(q) != XSA_SUCCESS) return CHILD_CLOSE;
     return sync_byte(sock, '2') ? CHILD_OK : CHILD_SYNC;
 }
@@ -147,7 +134,7 @@ static void test_export_import_across_fork(void **state) {
     (void)state;
     OK(xsa_init("ipc_handles:True"));
     void *pad = alloc(1536 * KiB, 0, S0), *blk = alloc(5 * MiB, 0, S0);
-    fill(blk, 5 * MiB, 'A');
+    xsa_fixture_fill(blk, 5 * MiB, 'A');
     xsa_ipc_handle h;
     OK(xsa_ipc_export(blk, &h));
     assert_int_equal(h.n_pages, 4); /* 1.5 MiB into the first of four 2 MiB pages */
@@ -168,7 +155,7 @@ static void test_export_import_across_fork(void **state) {
     xsa_ipc_handle_close(&h);
     char c = 0;
     assert_int_equal(read(sv[0], &c, 1), 1); /* imported, A seen */
-    fill(blk, 5 * MiB, 'B');
+    xsa_fixture_fill(blk, 5 * MiB, 'B');
     assert_int_equal(write(sv[0], &c, 1), 1);
     assert_int_equal(read(sv[0], &c, 1), 1); /* C written, closed */
     assert_int_equal(write(sv[0], &c, 1), 1);
@@ -176,7 +163,7 @@ static void test_export_import_across_fork(void **state) {
     assert_int_equal(waitpid(pid, &status, 0), pid);
     close(sv[0]);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != CHILD_OK) fail_msg("child failed: status %#x", status);
-    assert_true(filled(blk, 5 * MiB, 'C'));
+    assert_true(xsa_fixture_filled(blk, 5 * MiB, 'C'));
     /* The importer closed: freeing returns the block to the cache at once. */
     OK(xsa_free(blk));
     assert_int_equal(stats(0).active_bytes[XSA_STAT_ALL].current, 1536 * KiB);
@@ -195,13 +182,13 @@ static void test_pinned_until_importer_closes(void **state) {
     (void)state;
     OK(xsa_init("ipc_handles:True"));
     void *blk = alloc(8 * MiB, 0, S0), *keep = alloc(2 * MiB, 0, S0);
-    fill(blk, 8 * MiB, 'P');
+    xsa_fixture_fill(blk, 8 * MiB, 'P');
     xsa_ipc_handle h;
     void *q = NULL;
     OK(xsa_ipc_export(blk, &h));
     OK(xsa_ipc_import(&h, 0, &q));
     xsa_ipc_handle_close(&h);
-    assert_true(q != blk && filled(q, 8 * MiB, 'P'));
+    assert_true(q != blk && xsa_fixture_filled(q, 8 * MiB, 'P'));
     OK(xsa_free(blk));
     xsa_device_stats s = stats(0);
     assert_int_equal(s.active_bytes[XSA_STAT_ALL].current, 10 * MiB); /* still in use */
@@ -217,8 +204,8 @@ static void test_pinned_until_importer_closes(void **state) {
     /* The same stream reuses nothing of blk either. */
     void *same = alloc(8 * MiB, 0, S0);
     assert_true(same != blk);
-    fill(q, 8 * MiB, 'Q'); /* the importer still owns the memory */
-    assert_true(filled(blk, 8 * MiB, 'Q'));
+    xsa_fixture_fill(q, 8 * MiB, 'Q'); /* the importer still owns the memory */
+    assert_true(xsa_fixture_filled(blk, 8 * MiB, 'Q'));
     INVARIANTS(0);
     OK(xsa_ipc_close(q));
     /* The next empty_cache sees the close and unmaps blk's pages. */
@@ -237,7 +224,7 @@ static void test_freed_before_import(void **state) {
     (void)state;
     OK(xsa_init("ipc_handles:True"));
     void *blk = alloc(4 * MiB, 0, S0), *keep = alloc(2 * MiB, 0, S0);
-    fill(blk, 4 * MiB, 'F');
+    xsa_fixture_fill(blk, 4 * MiB, 'F');
     xsa_ipc_handle h;
     OK(xsa_ipc_export(blk, &h));
     OK(xsa_free(blk));
@@ -246,7 +233,7 @@ static void test_freed_before_import(void **state) {
     void *q = NULL;
     OK(xsa_ipc_import(&h, 1, &q)); /* device 1 may access device 0 */
     xsa_ipc_handle_close(&h);
-    assert_true(filled(q, 4 * MiB, 'F'));
+    assert_true(xsa_fixture_filled(q, 4 * MiB, 'F'));
     assert_int_equal(xsa_sim_page_access((uintptr_t)q), 2u);
     OK(xsa_ipc_close(q));
     void *after = alloc(4 * MiB, 0, S0); /* polls the close first */
@@ -299,7 +286,7 @@ static void round_trip(int type, void *blk, size_t size, int pages) {
     void *q = NULL;
     OK(xsa_ipc_import(&got, 0, &q));
     xsa_ipc_handle_close(&got);
-    assert_true(filled(q, size, 'M'));
+    assert_true(xsa_fixture_filled(q, size, 'M'));
     OK(xsa_ipc_close(q));
 }
 
@@ -309,7 +296,7 @@ static void test_many_pages_over_a_socket(void **state) {
     OK(xsa_init("ipc_handles:True"));
     size_t size = 600 * 64 * KiB;
     void *blk = alloc(size, 0, S0);
-    fill(blk, size, 'M');
+    xsa_fixture_fill(blk, size, 'M');
     round_trip(SOCK_STREAM, blk, size, 600);
     round_trip(SOCK_SEQPACKET, blk, size, 600);
     INVARIANTS(0);
@@ -329,7 +316,7 @@ static void test_multi_page_handles(void **state) {
     OK(xsa_init("ipc_handles:True,page_recycling_headroom:1"));
     OK(xsa_free(alloc(64 * MiB, 0, S0)));
     void *pad = alloc(3 * MiB, 0, S0), *blk = alloc(10 * MiB, 0, S0); /* pages 1-6 of two 4-page handles */
-    fill(blk, 10 * MiB, 'H');
+    xsa_fixture_fill(blk, 10 * MiB, 'H');
     xsa_ipc_handle h;
     OK(xsa_ipc_export(blk, &h));
     assert_true(h.n_handles == 2 && h.pages[0] == 4 && h.pages[1] == 4 && h.n_pages == 8);
@@ -346,9 +333,9 @@ static void test_multi_page_handles(void **state) {
     void *q = NULL;
     OK(xsa_ipc_import(&got, 0, &q));
     xsa_ipc_handle_close(&got);
-    assert_true(filled(q, 10 * MiB, 'H'));
-    fill(q, 10 * MiB, 'I');
-    assert_true(filled(blk, 10 * MiB, 'I'));
+    assert_true(xsa_fixture_filled(q, 10 * MiB, 'H'));
+    xsa_fixture_fill(q, 10 * MiB, 'I');
+    assert_true(xsa_fixture_filled(blk, 10 * MiB, 'I'));
     INVARIANTS(0);
     OK(xsa_ipc_close(q));
     OK(xsa_free(blk));

@@ -1,4 +1,4 @@
-/* sim_fixture: shared teardown of the API-level tests (see sim_fixture.h). */
+/* sim_fixture: shared set-up, teardown and data checks of the API-level tests (see sim_fixture.h). */
 #include "tests/sim_fixture.h"
 
 #include <setjmp.h>
@@ -24,6 +24,19 @@ void xsa_fixture_use_sim(int devices, size_t capacity) {
     unsetenv("XSALLOC_CONF");
     unsetenv("PYTORCH_ALLOC_CONF");
     unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+}
+
+void xsa_fixture_fill(void *p, size_t size, unsigned char seed) {
+    unsigned char *b = p;
+    for (size_t i = 0; i < size; i += 512) b[i] = (unsigned char)(seed + i / 512);
+    b[size - 1] = seed;
+}
+
+int xsa_fixture_filled(const void *p, size_t size, unsigned char seed) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < size; i += 512)
+        if (b[i] != (unsigned char)(seed + i / 512)) return 0;
+    return b[size - 1] == seed;
 }
 
 void xsa_fixture_shutdown_and_expect_empty(void) {

@@ -16,6 +16,12 @@
  * XSALLOC_CONF, PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF unset. */
 void xsa_fixture_use_sim(int devices, size_t capacity);
 
+/* A byte pattern of `seed` over size bytes (one byte every 512 and the
+ * last), and whether p holds it: what data written in one place and read
+ * through another mapping (IPC) is checked with. */
+void xsa_fixture_fill(void *p, size_t size, unsigned char seed);
+int xsa_fixture_filled(const void *p, size_t size, unsigned char seed);
+
 /* xsa_shutdown, then xsa_fixture_expect_sim_empty (tests/sim_empty.h). */
 void xsa_fixture_shutdown_and_expect_empty(void);
 
