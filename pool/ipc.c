@@ -90,6 +90,24 @@ static const char *refusal(const xsa_pool *p, const xsa_block *b) {
     return NULL;
 }
 
+/* The live block at ptr if it can be exported, else NULL with the reason
+ * in err (named after `call`) and *st set. */
+static xsa_block *exportable(xsa_pool *p, void *ptr, const char *call, xsa_pool_status *st, char *err, size_t errlen) {
+    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
+    if (!b) {
+        snprintf(err, errlen, "%s(%p): not a live allocation on device %d", call, ptr, p->device);
+        *st = XSA_POOL_BAD_POINTER;
+        return NULL;
+    }
+    const char *why = refusal(p, b);
+    if (why) {
+        snprintf(err, errlen, "%s(%p) on device %d: %s", call, ptr, p->device, why);
+        *st = XSA_POOL_UNSUPPORTED;
+        return NULL;
+    }
+    return b;
+}
+
 /* The physical handles under block b, whole: pages [*first, *end) of its
  * segment; returns how many. */
 static size_t handles_under(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end) {
@@ -120,16 +138,9 @@ static xsa_cu_result export_handles(xsa_pool *p, const xsa_segment *vm, size_t f
 
 xsa_pool_status xsa_pool_ipc_export(xsa_pool *p, void *ptr, xsa_ipc_handle *out, char *err, size_t errlen) {
     if (p->exports) xsa_ipc_poll(p);
-    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
-    if (!b) {
-        snprintf(err, errlen, "xsa_ipc_export(%p): not a live allocation on device %d", ptr, p->device);
-        return XSA_POOL_BAD_POINTER;
-    }
-    const char *why = refusal(p, b);
-    if (why) {
-        snprintf(err, errlen, "xsa_ipc_export(%p) on device %d: %s", ptr, p->device, why);
-        return XSA_POOL_UNSUPPORTED;
-    }
+    xsa_pool_status st;
+    xsa_block *b = exportable(p, ptr, "xsa_ipc_export", &st, err, errlen);
+    if (!b) return st;
     size_t first, end, n = handles_under(p, b, &first, &end);
     if (end - first > XSA_IPC_MAX_PAGES) {
         snprintf(err, errlen, "xsa_ipc_export(%p): the block of %zu bytes lies in %zu pages; a handle carries at most %d",
@@ -194,16 +205,9 @@ xsa_pool_status xsa_pool_ipc_revoke(xsa_pool *p, uint64_t export_id, char *err, 
 }
 
 xsa_pool_status xsa_pool_ipc_share(xsa_pool *p, void *ptr, xsa_pool_share *out, char *err, size_t errlen) {
-    xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
-    if (!b) {
-        snprintf(err, errlen, "xsa_ipc_share(%p): not a live allocation on device %d", ptr, p->device);
-        return XSA_POOL_BAD_POINTER;
-    }
-    const char *why = refusal(p, b);
-    if (why) {
-        snprintf(err, errlen, "xsa_ipc_share(%p) on device %d: %s", ptr, p->device, why);
-        return XSA_POOL_UNSUPPORTED;
-    }
+    xsa_pool_status st;
+    xsa_block *b = exportable(p, ptr, "xsa_ipc_share", &st, err, errlen);
+    if (!b) return st;
     xsa_segment *vm = &b->seg->vm;
     size_t first, end, count = handles_under(p, b, &first, &end);
     xsa_shared_chunk *chunks = malloc(count * sizeof *chunks);
