@@ -14,7 +14,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,15 +36,6 @@ static void *const S0 = NULL;
 /* api/ipc_share.c's layout, for the tests that tamper with bytes. */
 enum { AT_PID = 8, AT_N_CHUNKS = 20, AT_REGISTRY_ID = 24, HEADER = 40, CHUNK = 16, CHUNK_FD = 0, CHUNK_PAGES = 4, CHUNK_ID = 8 };
 
-static int open_fds(void) {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    while (readdir(d)) n++;
-    closedir(d);
-    return n;
-}
-
 static int fds_at_start;
 
 static int setup(void **state) {
@@ -54,7 +44,7 @@ static int setup(void **state) {
     /* Forked importers take this process's fds: allow it under Yama's
      * ptrace_scope 1 too (no-op elsewhere). */
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    fds_at_start = open_fds();
+    fds_at_start = xsa_fixture_open_fds();
     return 0;
 }
 
@@ -63,7 +53,7 @@ static int teardown(void **state) {
     xsa_sim_clear_faults();
     xsa_fixture_shutdown_and_expect_empty();
     xsa_fixture_use_sim(2, (size_t)1 << 30); /* closes the simulated devices' memfds */
-    assert_int_equal(open_fds(), fds_at_start);
+    assert_int_equal(xsa_fixture_open_fds(), fds_at_start);
     return 0;
 }
 
@@ -162,11 +152,11 @@ static void test_share_and_open_here(void **state) {
 static void test_nothing_pinned_and_stale_after_release(void **state) {
     (void)state;
     OK(xsa_init("ipc_handles:True"));
-    int before = open_fds();
+    int before = xsa_fixture_open_fds();
     void *blk = alloc(4 * MiB);
-    assert_int_equal(open_fds(), before + 2); /* the simulated driver's memfds of two handles */
+    assert_int_equal(xsa_fixture_open_fds(), before + 2); /* the simulated driver's memfds of two handles */
     share s = share_of(blk);
-    assert_int_equal(open_fds(), before + 2 + 3); /* their exports and the registry */
+    assert_int_equal(xsa_fixture_open_fds(), before + 2 + 3); /* their exports and the registry */
     void *base = NULL;
     OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
     OK(xsa_ipc_close(base));
@@ -176,7 +166,7 @@ static void test_nothing_pinned_and_stale_after_release(void **state) {
     OK(xsa_free(same));
     OK(xsa_empty_cache());
     assert_int_equal(reserved(), 0);
-    assert_int_equal(open_fds(), before);
+    assert_int_equal(xsa_fixture_open_fds(), before);
     FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "stale handle");
     assert_null(base);
     xsa_free_buffer(s.bytes);
@@ -428,7 +418,7 @@ static void test_kernel_refusals_named(void **state) {
     void *blk = alloc(2 * MiB);
     share s = share_of(blk);
     void *base = NULL;
-    int fds = open_fds();
+    int fds = xsa_fixture_open_fds();
     xsa_sim_fail_call(XSA_DRV_process_get_fds, 1, XSA_CU_ERROR_NOT_PERMITTED);
     FAILS(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_open(s.bytes, s.len, 0, &base), "EPERM");
     assert_non_null(strstr(said, "ptrace restrictions"));
@@ -436,7 +426,7 @@ static void test_kernel_refusals_named(void **state) {
     FAILS(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_open(s.bytes, s.len, 0, &base), "Linux 5.6");
     xsa_sim_fail_call(XSA_DRV_process_get_fds, 2, XSA_CU_ERROR_UNKNOWN);
     FAILS(XSA_ERROR_DRIVER, xsa_ipc_open(s.bytes, s.len, 0, &base), "pidfd_getfd");
-    assert_int_equal(open_fds(), fds);
+    assert_int_equal(xsa_fixture_open_fds(), fds);
     assert_null(base);
     /* A real refusal: another user may not take root's fds. */
     if (geteuid() == 0) {
@@ -529,7 +519,7 @@ static void test_failures_leave_nothing(void **state) {
         {XSA_DRV_mem_set_access, 1}, {XSA_DRV_process_get_fds, 1}, {XSA_DRV_process_get_fds, 2},
     };
     xsa_sim_usage u0 = usage();
-    int fds = open_fds();
+    int fds = xsa_fixture_open_fds();
     for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
         void *base = NULL;
         xsa_sim_fail_call(faults[i].e, faults[i].nth, XSA_CU_ERROR_UNKNOWN);
@@ -538,7 +528,7 @@ static void test_failures_leave_nothing(void **state) {
         xsa_sim_clear_faults();
         xsa_sim_usage u = usage();
         assert_true(u.handles == u0.handles && u.mapped_bytes == u0.mapped_bytes && u.reservations == u0.reservations);
-        assert_int_equal(open_fds(), fds);
+        assert_int_equal(xsa_fixture_open_fds(), fds);
         INVARIANTS();
     }
     void *base = NULL;

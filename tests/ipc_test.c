@@ -11,7 +11,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +32,6 @@
 static void *const S0 = NULL;
 static void *const S1 = (void *)0x1001;
 
-static int open_fds(void) {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    while (readdir(d)) n++;
-    closedir(d);
-    return n;
-}
-
 static void sim(int devices, size_t granularity, int fd_handles) {
     xsa_sim_config c;
     xsa_sim_default_config(&c);
@@ -61,7 +51,7 @@ static int setup(void **state) {
     sim(2, 2 * MiB, 1);
     assert_int_equal(xsa_use_driver("sim"), XSA_SUCCESS);
     unsetenv("XSALLOC_CONF");
-    fds_at_start = open_fds();
+    fds_at_start = xsa_fixture_open_fds();
     return 0;
 }
 
@@ -69,7 +59,7 @@ static int teardown(void **state) {
     (void)state;
     xsa_fixture_shutdown_and_expect_empty();
     sim(2, 2 * MiB, 1); /* closes the simulated devices' memfds */
-    assert_int_equal(open_fds(), fds_at_start);
+    assert_int_equal(xsa_fixture_open_fds(), fds_at_start);
     return 0;
 }
 

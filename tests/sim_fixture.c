@@ -1,6 +1,7 @@
 /* sim_fixture: shared set-up, teardown and data checks of the API-level tests (see sim_fixture.h). */
 #include "tests/sim_fixture.h"
 
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,6 +38,15 @@ int xsa_fixture_filled(const void *p, size_t size, unsigned char seed) {
     for (size_t i = 0; i < size; i += 512)
         if (b[i] != (unsigned char)(seed + i / 512)) return 0;
     return b[size - 1] == seed;
+}
+
+int xsa_fixture_open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
 }
 
 void xsa_fixture_shutdown_and_expect_empty(void) {

@@ -22,6 +22,10 @@ void xsa_fixture_use_sim(int devices, size_t capacity);
 void xsa_fixture_fill(void *p, size_t size, unsigned char seed);
 int xsa_fixture_filled(const void *p, size_t size, unsigned char seed);
 
+/* How many file descriptors this process has open (/proc/self/fd): a test
+ * compares it before and after to see that none leaked. */
+int xsa_fixture_open_fds(void);
+
 /* xsa_shutdown, then xsa_fixture_expect_sim_empty (tests/sim_empty.h). */
 void xsa_fixture_shutdown_and_expect_empty(void);
 
