@@ -22,6 +22,7 @@ once the time is spent. The table is made from the JSON lines alone
 """
 
 import argparse
+import bisect
 import json
 import os
 import re
@@ -72,6 +73,9 @@ def parse_run_args(argv):
                    help="launch no child after this many seconds (420; 0: no limit)")
     p.add_argument("--no-lag", action="store_true",
                    help="no lag probe under xsalloc (it adds an event query to each allocator call)")
+    p.add_argument("--profile", action="store_true",
+                   help="run each workload's first quarter under torch.profiler and table where its time went "
+                        "(the profiler slows that part, alike for every allocator)")
     args = p.parse_args(argv)
 
     if args.runs < 1:
@@ -146,6 +150,59 @@ def optional(fn):
         return None
 
 
+def union_us(intervals):
+    """Microseconds covered by the union of (start, end) intervals, and the gaps between them."""
+    busy, gaps, end = 0.0, [], None
+    for a, b in sorted(intervals):
+        if end is not None and a > end:
+            gaps.append((end, a))
+        if end is None or a > end:
+            busy, end = busy + b - a, b
+        elif b > end:
+            busy, end = busy + b - end, b
+    return busy, gaps
+
+
+def idle_summary(events, wall_s, self_cpu):
+    """Where a profiled part's time went, from torch.profiler's chrome-trace events: the GPU's busy and
+    idle time (kernels, copies, memsets), and the CUDA runtime and driver calls and ops that ran while
+    the GPU was idle (ms of overlap; nested ops each counted). self_cpu: [name, calls, ms] to keep."""
+    gpu = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    busy, gaps = union_us(gpu)
+    starts, idle_by = [g0 for g0, _ in gaps], {}
+    for e in events:
+        if e.get("cat") not in ("cpu_op", "cuda_runtime", "cuda_driver"):
+            continue
+        a, b = e["ts"], e["ts"] + e["dur"]
+        over, i = 0.0, max(0, bisect.bisect_right(starts, a) - 1)
+        while i < len(gaps) and gaps[i][0] < b:
+            over += max(0.0, min(b, gaps[i][1]) - max(a, gaps[i][0]))
+            i += 1
+        if over > 0:
+            key = f"{e['cat']}:{e['name']}"
+            idle_by[key] = idle_by.get(key, 0.0) + over / 1e3
+    return {
+        "wall_ms": wall_s * 1e3, "gpu_busy_ms": busy / 1e3, "gpu_idle_ms": sum(b - a for a, b in gaps) / 1e3,
+        "gaps_over_1ms": sum(1 for a, b in gaps if b - a > 1e3),
+        "idle_during": sorted(([k, round(v, 2)] for k, v in idle_by.items()), key=lambda kv: -kv[1])[:15],
+        "self_cpu": self_cpu,
+    }
+
+
+def profile_summary(prof, wall_s):
+    """idle_summary of a finished torch.profiler.profile, with its 12 ops of most self CPU time."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    finally:
+        os.remove(path)
+    top = sorted(prof.key_averages(), key=lambda k: -k.self_cpu_time_total)[:12]
+    return idle_summary(events, wall_s, [[k.key, k.count, round(k.self_cpu_time_total / 1e3, 2)] for k in top])
+
+
 def child(args):
     """Sets the allocator up before torch touches CUDA, runs the workload,
     writes one JSON object to args.out."""
@@ -174,6 +231,7 @@ def child(args):
     sys.path.insert(0, HERE)
     import real_workloads
 
+    real_workloads.profile_first = args.profile
     calls_at = {}
     if use_xsalloc:
         xsalloc.time_driver_calls(True)  # two clock reads per driver call
@@ -191,6 +249,8 @@ def child(args):
         "device_used_end": device_total - free, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "backend": optional(torch.cuda.get_allocator_backend),
     }
+    if real_workloads.first_profile:
+        out["first_profile"] = profile_summary(*real_workloads.first_profile)
     if use_xsalloc:
         stats = xsalloc.torch.memory_stats()
         out["xsalloc_stats"] = {k: stats[k] for k in XSALLOC_STATS}
@@ -207,9 +267,9 @@ def child(args):
 # ---- the parent ----
 
 
-def child_command(workload, alloc, conf, steps, out, lag):
+def child_command(workload, alloc, conf, steps, out, lag, profile):
     cmd = [sys.executable, os.path.abspath(__file__), "child", "--workload", workload, "--alloc", alloc,
-           "--steps", str(steps), "--out", out]
+           "--steps", str(steps), "--out", out] + (["--profile"] if profile else [])
     if conf is not None:
         cmd += ["--conf", conf]
     if lag:
@@ -237,7 +297,7 @@ def read_json(path):
         return None
 
 
-def launch(run, workload, alloc, conf, use_xsalloc, steps, out_dir, timeout, probe_lag, lib=None):
+def launch(run, workload, alloc, conf, use_xsalloc, steps, out_dir, timeout, probe_lag, lib=None, profile=False):
     """Runs one child (with XSALLOC_LIBRARY=lib when given); returns its record (status "ok" or "failed")."""
     base = os.path.join(out_dir, "children", f"r{run}-{workload}-{alloc}")
     result, log = base + ".json", base + ".log"
@@ -250,7 +310,7 @@ def launch(run, workload, alloc, conf, use_xsalloc, steps, out_dir, timeout, pro
     try:
         with open(log, "w") as f:
             # Unbuffered: its output stays in order, the failure's lines last.
-            rc = subprocess.run(child_command(workload, alloc, conf, steps, result, lag), stdout=f,
+            rc = subprocess.run(child_command(workload, alloc, conf, steps, result, lag, profile), stdout=f,
                                 stderr=subprocess.STDOUT, timeout=timeout,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1",
                                          **({"XSALLOC_LIBRARY": lib} if lib else {}))).returncode
@@ -315,7 +375,7 @@ def run_all(argv):
                 break
             _, conf, use_xsalloc = by_name[alloc]
             rec = launch(run, workload, alloc, conf, use_xsalloc, steps[workload], out_dir, args.timeout,
-                         not args.no_lag, args.libs.get(alloc))
+                         not args.no_lag, args.libs.get(alloc), args.profile)
             failed += rec["status"] != "ok"
             write(rec)
             print(progress(start, i + 1, len(todo), rec), flush=True)
@@ -452,6 +512,26 @@ def driver_rows(results, workloads, allocs):
     return lines
 
 
+def profile_rows(results, workloads, allocs):
+    """The first quarter under torch.profiler (--profile): medians of GPU busy and idle time, and, from the
+    median run, what the CPU ran while the GPU was idle and the ops with the most self CPU time."""
+    lines = ["| workload | allocator | runs | wall ms | GPU busy ms | GPU idle ms (gaps > 1 ms) | "
+             "CPU while the GPU was idle, ms | most self CPU, ms (calls) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for w in workloads:
+        for a in allocs:
+            ps = sorted((r["first_profile"] for r in results if r["workload"] == w and r["alloc"] == a
+                         and r["status"] == "ok" and r.get("first_profile")), key=lambda p: p["wall_ms"])
+            if not ps:
+                continue
+            mid = ps[len(ps) // 2]
+            idle = ", ".join(f"{k} {v:.1f}" for k, v in mid["idle_during"][:5])
+            top = ", ".join(f"{k} {ms:.1f} ({n})" for k, n, ms in mid["self_cpu"][:5])
+            lines.append(f"| {w} | {a} | {len(ps)} | {med([p['wall_ms'] for p in ps], '{:.0f}')} | "
+                         f"{med([p['gpu_busy_ms'] for p in ps], '{:.0f}')} | "
+                         f"{med([p['gpu_idle_ms'] for p in ps], '{:.0f}')} ({mid['gaps_over_1ms']}) | {idle} | {top} |")
+    return lines
+
+
 def lag_rows(results, workloads, allocs):
     lines = ["| workload | allocator | runs | calls | probes | p50 | p90 | p99 | max | pending | skipped |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -504,6 +584,10 @@ def table(rows):
     if len(drv) > 2:
         out += ["", "## Time xsalloc spent in the CUDA driver (xsalloc.driver_calls(); median over runs)", ""]
         out += drv
+    prof = profile_rows(results, workloads, allocs)
+    if len(prof) > 2:
+        out += ["", "## The first quarter under torch.profiler (--profile; GPU = kernels, copies, memsets)", ""]
+        out += prof
     lag = lag_rows(results, workloads, allocs)
     if len(lag) > 2:
         out += ["", "## GPU lag under xsalloc (XSALLOC_LAG_PROBE: allocator calls between recording an event",
@@ -578,6 +662,7 @@ def main(argv):
             p.add_argument("--steps", type=int, required=True)
             p.add_argument("--conf", help="XSALLOC_CONF string for xsalloc (default: xsalloc's defaults)")
             p.add_argument("--lag", help="file for xsalloc's lag probe (XSALLOC_LAG_PROBE)")
+            p.add_argument("--profile", action="store_true", help="the first quarter under torch.profiler")
             args = p.parse_args(argv[1:])
             try:
                 child(args)

@@ -25,6 +25,10 @@ GPT2_VOCAB = 50257
 # Called with "start", "steady" and "end" right after timed_steps' synchronizes
 # (real_bench.py reads xsalloc's driver calls there), or None.
 on_phase = None
+# When set (real_bench.py --profile), timed_steps runs the first quarter under
+# torch.profiler and keeps (the profiler, the part's seconds) here.
+profile_first = False
+first_profile = None
 
 
 def phase(name):
@@ -38,15 +42,24 @@ def timed_steps(steps, step):
     quarter is where every allocator gets its memory from the driver; the
     steady part is what a long run is made of. One synchronize at the
     boundary, so the GPU's lag behind the CPU is kept inside each part."""
+    global first_profile
     warm = steps // 4
     torch.cuda.synchronize()
     phase("start")
+    prof = None
+    if profile_first:
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                  torch.profiler.ProfilerActivity.CUDA])
+        prof.__enter__()
     t0 = time.perf_counter()
     t_warm = t0
     for i in range(steps):
         if i == warm:
             torch.cuda.synchronize()
             t_warm = time.perf_counter()
+            if prof:
+                prof.__exit__(None, None, None)
+                first_profile = (prof, t_warm - t0)
             phase("steady")
         step(i)
     torch.cuda.synchronize()

@@ -33,6 +33,7 @@ FAKE_CHILD = textwrap.dedent('''
     p = argparse.ArgumentParser()
     for a in ("--workload", "--alloc", "--steps", "--out", "--conf", "--lag"):
         p.add_argument(a)
+    p.add_argument("--profile", action="store_true")
     a = p.parse_args(sys.argv[2:])
     if a.alloc == "bad":
         print("warming up")
@@ -49,6 +50,9 @@ FAKE_CHILD = textwrap.dedent('''
            "device": "FakeGPU", "torch": "0.0", "conf": a.conf or ""}
     if res["xsalloc"]:
         res["xsalloc_stats"] = {"num_pages_recycled": 7, "num_pages_mapped": 100}
+    if a.profile:
+        res["first_profile"] = {"wall_ms": 500.0, "gpu_busy_ms": 400.0, "gpu_idle_ms": 90.0, "gaps_over_1ms": 3,
+                                "idle_during": [["cpu_op:aten::empty", 50.0]], "self_cpu": [["aten::mm", 12, 8.0]]}
     json.dump(res, open(a.out, "w"))
     if a.lag:
         json.dump({"probes": 10, "p10": 1, "p50": 4, "p90": 30, "p99": 60, "max": 64, "mean": 9.5,
@@ -157,6 +161,20 @@ class TableTest(unittest.TestCase):
         self.assertIn("| gpt2 | xsalloc | 1 | 3.5 (20) | 0.1 (2) | mem_create 3.0 ms / 10, mem_map 0.5 ms / 10 |", text)
         self.assertNotIn("| gpt2 | native | 1 | 3.5", text)
 
+    def test_gpu_idle_time_and_what_ran_then(self):
+        self.assertEqual(real_bench.union_us([(10, 20), (0, 5), (12, 30), (40, 41)]), (26.0, [(5, 10), (30, 40)]))
+        events = [{"cat": "kernel", "name": "k", "ts": 0, "dur": 1000}, {"cat": "gpu_memcpy", "name": "c", "ts": 500, "dur": 1500},
+                  {"cat": "kernel", "name": "k", "ts": 5000, "dur": 1000},  # idle 2000-5000 us
+                  {"cat": "cpu_op", "name": "aten::empty", "ts": 1500, "dur": 2000},  # 1,500 us of it while idle
+                  {"cat": "cpu_op", "name": "aten::empty", "ts": 4500, "dur": 1000},  # 500 us
+                  {"cat": "cuda_driver", "name": "cuMemSetAccess", "ts": 2500, "dur": 100},
+                  {"cat": "cpu_op", "name": "aten::mm", "ts": 100, "dur": 800},  # never while idle
+                  {"cat": "user_annotation", "name": "step", "ts": 0, "dur": 9000}]
+        got = real_bench.idle_summary(events, 0.0065, [["aten::mm", 1, 0.8]])
+        self.assertEqual(got, {"wall_ms": 6.5, "gpu_busy_ms": 3.0, "gpu_idle_ms": 3.0, "gaps_over_1ms": 1,
+                               "idle_during": [["cpu_op:aten::empty", 2.0], ["cuda_driver:cuMemSetAccess", 0.1]],
+                               "self_cpu": [["aten::mm", 1, 0.8]]})
+
     def test_missing_statistics_and_lag_are_said(self):
         rows = [result(1, "resnet", "async", None, 5e9, 1.0),
                 result(1, "resnet", "xsalloc", 5e9, 5e9, 1.0, lag=None, lag_error="no lag probe data in /x")]
@@ -245,6 +263,15 @@ class ParentTest(unittest.TestCase):
         self.assertEqual((r["status"], "lag" in r), ("ok", False))
         self.assertNotIn("GPU lag", table)
 
+    def test_profile_reaches_the_children_and_the_table(self):
+        _, rows, _, table = self.run_parent(["--runs", "2", "--workloads", "gpt2", "--allocs", "native,xsalloc",
+                                             "--no-lag", "--profile"])
+        self.assertEqual(sum(1 for r in rows if r.get("first_profile")), 4)
+        self.assertIn("| gpt2 | native | 2 | 500 | 400 | 90 (3) | cpu_op:aten::empty 50.0 | aten::mm 8.0 (12) |", table)
+        _, rows, _, table = self.run_parent(["--runs", "1", "--workloads", "gpt2", "--allocs", "native"])
+        self.assertNotIn("first_profile", rows[-1])
+        self.assertNotIn("torch.profiler", table)
+
     def test_table_command_reprints(self):
         _, _, _, table = self.run_parent(["--runs", "1", "--workloads", "resnet", "--allocs", "native"])
         printed = io.StringIO()
@@ -308,8 +335,10 @@ class ChildTest(unittest.TestCase):
             return {"wall_s": 0.5, "steady_s": 0.4, "impl": "stand-in"}
 
         out, lag = os.path.join(self.dir.name, "r.json"), os.path.join(self.dir.name, "r.lag.json")
-        args = types.SimpleNamespace(workload="resnet", alloc=alloc, steps=steps, out=out, conf=conf, lag=lag)
-        with module_as("torch", torch), module_as("real_workloads", types.SimpleNamespace(resnet=resnet)):
+        args = types.SimpleNamespace(workload="resnet", alloc=alloc, steps=steps, out=out, conf=conf, lag=lag,
+                                     profile=False)
+        workloads = types.SimpleNamespace(resnet=resnet, first_profile=None)
+        with module_as("torch", torch), module_as("real_workloads", workloads):
             real_bench.child(args)
         with open(out) as f:
             return json.load(f), seen
