@@ -165,15 +165,19 @@ def union_us(intervals):
 
 def idle_summary(events, wall_s, self_cpu):
     """Where a profiled part's time went, from torch.profiler's chrome-trace events: the GPU's busy and
-    idle time (kernels, copies, memsets), and the CUDA runtime and driver calls and ops that ran while
-    the GPU was idle (ms of overlap; nested ops each counted). self_cpu: [name, calls, ms] to keep."""
+    idle time (kernels, copies, memsets), the CUDA runtime and driver calls and ops that ran while the
+    GPU was idle (ms of overlap; nested ops each counted), and the runtime and driver calls that took
+    the most time ([name, calls, ms]). self_cpu: [name, calls, ms] to keep."""
     gpu = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     busy, gaps = union_us(gpu)
-    starts, idle_by = [g0 for g0, _ in gaps], {}
+    starts, idle_by, api = [g0 for g0, _ in gaps], {}, {}
     for e in events:
         if e.get("cat") not in ("cpu_op", "cuda_runtime", "cuda_driver"):
             continue
         a, b = e["ts"], e["ts"] + e["dur"]
+        if e["cat"] != "cpu_op":
+            calls, us = api.get(e["name"], (0, 0.0))
+            api[e["name"]] = (calls + 1, us + e["dur"])
         over, i = 0.0, max(0, bisect.bisect_right(starts, a) - 1)
         while i < len(gaps) and gaps[i][0] < b:
             over += max(0.0, min(b, gaps[i][1]) - max(a, gaps[i][0]))
@@ -185,6 +189,7 @@ def idle_summary(events, wall_s, self_cpu):
         "wall_ms": wall_s * 1e3, "gpu_busy_ms": busy / 1e3, "gpu_idle_ms": sum(b - a for a, b in gaps) / 1e3,
         "gaps_over_1ms": sum(1 for a, b in gaps if b - a > 1e3),
         "idle_during": sorted(([k, round(v, 2)] for k, v in idle_by.items()), key=lambda kv: -kv[1])[:15],
+        "api": sorted(([k, n, round(us / 1e3, 2)] for k, (n, us) in api.items()), key=lambda x: -x[2])[:15],
         "self_cpu": self_cpu,
     }
 
@@ -516,7 +521,8 @@ def profile_rows(results, workloads, allocs):
     """The first quarter under torch.profiler (--profile): medians of GPU busy and idle time, and, from the
     median run, what the CPU ran while the GPU was idle and the ops with the most self CPU time."""
     lines = ["| workload | allocator | runs | wall ms | GPU busy ms | GPU idle ms (gaps > 1 ms) | "
-             "CPU while the GPU was idle, ms | most self CPU, ms (calls) |", "|---|---|---:|---:|---:|---:|---|---|"]
+             "CPU while the GPU was idle, ms | most self CPU, ms (calls) | CUDA API calls, ms (calls) |",
+             "|---|---|---:|---:|---:|---:|---|---|---|"]
     for w in workloads:
         for a in allocs:
             ps = sorted((r["first_profile"] for r in results if r["workload"] == w and r["alloc"] == a
@@ -526,9 +532,10 @@ def profile_rows(results, workloads, allocs):
             mid = ps[len(ps) // 2]
             idle = ", ".join(f"{k} {v:.1f}" for k, v in mid["idle_during"][:5])
             top = ", ".join(f"{k} {ms:.1f} ({n})" for k, n, ms in mid["self_cpu"][:5])
+            api = ", ".join(f"{k} {ms:.1f} ({n})" for k, n, ms in mid.get("api", [])[:5])
             lines.append(f"| {w} | {a} | {len(ps)} | {med([p['wall_ms'] for p in ps], '{:.0f}')} | "
                          f"{med([p['gpu_busy_ms'] for p in ps], '{:.0f}')} | "
-                         f"{med([p['gpu_idle_ms'] for p in ps], '{:.0f}')} ({mid['gaps_over_1ms']}) | {idle} | {top} |")
+                         f"{med([p['gpu_idle_ms'] for p in ps], '{:.0f}')} ({mid['gaps_over_1ms']}) | {idle} | {top} | {api} |")
     return lines
 
 

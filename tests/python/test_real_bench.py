@@ -52,7 +52,8 @@ FAKE_CHILD = textwrap.dedent('''
         res["xsalloc_stats"] = {"num_pages_recycled": 7, "num_pages_mapped": 100}
     if a.profile:
         res["first_profile"] = {"wall_ms": 500.0, "gpu_busy_ms": 400.0, "gpu_idle_ms": 90.0, "gaps_over_1ms": 3,
-                                "idle_during": [["cpu_op:aten::empty", 50.0]], "self_cpu": [["aten::mm", 12, 8.0]]}
+                                "idle_during": [["cpu_op:aten::empty", 50.0]], "self_cpu": [["aten::mm", 12, 8.0]],
+                                "api": [["cuMemSetAccess", 250, 86.5]]}
     json.dump(res, open(a.out, "w"))
     if a.lag:
         json.dump({"probes": 10, "p10": 1, "p50": 4, "p90": 30, "p99": 60, "max": 64, "mean": 9.5,
@@ -168,11 +169,14 @@ class TableTest(unittest.TestCase):
                   {"cat": "cpu_op", "name": "aten::empty", "ts": 1500, "dur": 2000},  # 1,500 us of it while idle
                   {"cat": "cpu_op", "name": "aten::empty", "ts": 4500, "dur": 1000},  # 500 us
                   {"cat": "cuda_driver", "name": "cuMemSetAccess", "ts": 2500, "dur": 100},
+                  {"cat": "cuda_driver", "name": "cuMemSetAccess", "ts": 900, "dur": 50},
+                  {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 200, "dur": 30},
                   {"cat": "cpu_op", "name": "aten::mm", "ts": 100, "dur": 800},  # never while idle
                   {"cat": "user_annotation", "name": "step", "ts": 0, "dur": 9000}]
         got = real_bench.idle_summary(events, 0.0065, [["aten::mm", 1, 0.8]])
         self.assertEqual(got, {"wall_ms": 6.5, "gpu_busy_ms": 3.0, "gpu_idle_ms": 3.0, "gaps_over_1ms": 1,
                                "idle_during": [["cpu_op:aten::empty", 2.0], ["cuda_driver:cuMemSetAccess", 0.1]],
+                               "api": [["cuMemSetAccess", 2, 0.15], ["cudaLaunchKernel", 1, 0.03]],
                                "self_cpu": [["aten::mm", 1, 0.8]]})
 
     def test_missing_statistics_and_lag_are_said(self):
@@ -267,7 +271,7 @@ class ParentTest(unittest.TestCase):
         _, rows, _, table = self.run_parent(["--runs", "2", "--workloads", "gpt2", "--allocs", "native,xsalloc",
                                              "--no-lag", "--profile"])
         self.assertEqual(sum(1 for r in rows if r.get("first_profile")), 4)
-        self.assertIn("| gpt2 | native | 2 | 500 | 400 | 90 (3) | cpu_op:aten::empty 50.0 | aten::mm 8.0 (12) |", table)
+        self.assertIn("| gpt2 | native | 2 | 500 | 400 | 90 (3) | cpu_op:aten::empty 50.0 | aten::mm 8.0 (12) | cuMemSetAccess 86.5 (250) |", table)
         _, rows, _, table = self.run_parent(["--runs", "1", "--workloads", "gpt2", "--allocs", "native"])
         self.assertNotIn("first_profile", rows[-1])
         self.assertNotIn("torch.profiler", table)
