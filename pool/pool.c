@@ -210,6 +210,19 @@ static xsa_block *alloc_new_block(xsa_pool *p, xsa_block *b, size_t size, size_t
     return b;
 }
 
+/* A miss that the headroom rule would serve by moving pages (pool/recycle.c):
+ * first the stream's own memory that waits for record_stream events, handed
+ * over, if it fits the request. NULL if not. No event is queried during a
+ * capture (pages_wanted is 0 then). */
+static xsa_block *handed_over_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream,
+                                    size_t size) {
+    if (!p->expandable || !p->events.outstanding || !xsa_mempool_is_global(p, mp) ||
+        !xsa_recycle_pages_wanted(p, size, (size + p->page_size - 1) / p->page_size) ||
+        !xsa_recycle_hand_over_fit(p, kind, stream, size))
+        return NULL;
+    return get_free_block(p, mp, kind, stream, size);
+}
+
 /* A classic segment: one cuMemAlloc, one block covering it. */
 static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                      xsa_block **out, char *err, size_t errlen) {
@@ -313,6 +326,7 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
     xsa_block *b = get_free_block(p, mp, kind, stream, rounded), *a;
+    if (!b) b = handed_over_block(p, mp, kind, stream, rounded);
     if (b) {
         a = alloc_cached_block(p, b, rounded, size);
     } else {

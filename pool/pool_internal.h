@@ -325,6 +325,13 @@ size_t xsa_recycle_new_chunk_pages(const xsa_pool *p, size_t size);
  * addresses drain. Returns how many pages. */
 size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
                         size_t pages, size_t limit, xsa_chunk *chunks, size_t *n_chunks);
+/* A miss of `size` bytes (block size) on `stream` that would move pages:
+ * hands over the stream's blocks freed with record_stream (their stream
+ * waits for the other streams' work on the GPU) that, with the free
+ * blocks between and around them, make the smallest free block that holds
+ * the request with less than a page left. True if one was handed over
+ * whole: the free set has it. */
+bool xsa_recycle_hand_over_fit(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size);
 /* Undoes the takes since the drain list's head was `mark` (the growth that
  * took them failed): the pages are free blocks of their segments again. */
 void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);

@@ -6,7 +6,8 @@
  * on the CPU. The headroom rule bounds what moves, a failed growth gives
  * its pages back, and releasing or destroying the pool ends the drains.
  * Blocks freed with record_stream are handed over (their stream waits on
- * the GPU) when memory is short, and a growth fills partial pages first.
+ * the GPU) when memory is short, or to serve their own stream's miss that
+ * they fit, and a growth fills partial pages first.
  * Both invariant checkers run after every step.
  */
 #include <setjmp.h>
@@ -370,6 +371,53 @@ static void test_handed_over_pages_wait_for_the_other_streams_use(void **state) 
     teardown(p);
 }
 
+/* On the timeline, at the headroom bound: S0's block used on S1
+ * (record_stream) and freed while S1's kernel on it is queued. S0's next
+ * request that the block holds with less than a page left gets it, S0
+ * waiting for S1's event on the GPU, instead of its pages moving to a
+ * growth (which strands the partial pages around them). One that would
+ * leave a page free is not served so: that page would move out later. */
+static void test_own_pending_block_serves_a_tight_miss(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    xsa_sim_set_gpu_lag(100);
+    void *a = alloc(p, 4 * MiB, S0), *keep = alloc(p, 2 * MiB, S0);
+    launch(S0, a, 4 * MiB);
+    xsa_sim_tick(1000); /* S0's write is done before S1 reads */
+    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
+    launch(S1, a, 4 * MiB); /* still queued at the free */
+    release(p, a);
+    uint64_t waits = driver_calls(XSA_DRV_stream_wait_event);
+    uint64_t syncs = driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize);
+    void *b = alloc(p, 3 * MiB + 1, S0);
+    assert_ptr_equal(b, a);
+    launch(S0, b, 3 * MiB + 1);
+    xsa_device_stats s = stats(p);
+    assert_int_equal(s.num_pages_recycled, 0);
+    assert_int_equal(s.reserved_bytes[XSA_STAT_ALL].current, 6 * MiB);
+    assert_int_equal(driver_calls(XSA_DRV_stream_wait_event), waits + 1); /* S0 on S1's event */
+    assert_int_equal(driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize), syncs);
+    assert_int_not_equal(usage().pending_kernels, 0);
+    expect_no_violation();
+    /* 4 MiB pending again, a 2 MiB request: the usual growth takes it. */
+    xsa_sim_tick(1000);
+    assert_int_equal(xsa_pool_record_stream(p, b, S1, err, sizeof err), XSA_POOL_OK);
+    launch(S1, b, 4 * MiB);
+    release(p, b);
+    void *c = alloc(p, 2 * MiB, S0);
+    assert_ptr_not_equal(c, a);
+    assert_int_equal(stats(p).num_pages_recycled, 1);
+    launch(S0, c, 2 * MiB);
+    expect_no_violation();
+    xsa_sim_tick(1000);
+    release(p, c);
+    release(p, keep);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    expect_no_violation();
+    xsa_sim_set_gpu_lag(-1);
+    teardown(p);
+}
+
 /* A growth maps where it leaves the fewest free bytes in partial pages:
  * into the unmapped range after a free 1 MiB piece (using the piece, one
  * new page) rather than the best-fitting 4 MiB range (two new pages and a
@@ -510,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_new_handles_follow_the_headroom),
         cmocka_unit_test(test_larger_handles_move_whole_within_the_growth),
         cmocka_unit_test(test_handed_over_pages_wait_for_the_other_streams_use),
+        cmocka_unit_test(test_own_pending_block_serves_a_tight_miss),
         cmocka_unit_test(test_growth_fills_partial_pages_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
