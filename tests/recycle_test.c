@@ -337,6 +337,21 @@ static void test_moves_under_queued_kernels_are_safe(void **state) {
 
 #define S2 ((void *)0x1002)
 
+/* With the GPU 100 calls behind: a 4 MiB block of S0 (returned; *keep, a 2
+ * MiB block after it, stays live) written on S0, then used on S1
+ * (record_stream) and freed while S1's kernel on it is still queued. */
+static void *freed_while_s1_uses_it(xsa_pool *p, void **keep) {
+    xsa_sim_set_gpu_lag(100);
+    void *a = alloc(p, 4 * MiB, S0);
+    *keep = alloc(p, 2 * MiB, S0);
+    launch(S0, a, 4 * MiB);
+    xsa_sim_tick(1000); /* S0's write is done before S1 reads */
+    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
+    launch(S1, a, 4 * MiB);
+    release(p, a);
+    return a;
+}
+
 /* On the timeline: a block used on S1 (record_stream) and freed while S1's
  * kernel on it is queued, its pages then going to S2. S2's kernel on them
  * must come after S1's: S0 waits on S1's event, S2 on the fence recorded
@@ -345,13 +360,7 @@ static void test_moves_under_queued_kernels_are_safe(void **state) {
 static void test_handed_over_pages_wait_for_the_other_streams_use(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, recycling);
-    xsa_sim_set_gpu_lag(100);
-    void *a = alloc(p, 4 * MiB, S0), *keep = alloc(p, 2 * MiB, S0);
-    launch(S0, a, 4 * MiB);
-    xsa_sim_tick(1000); /* S0's write is done before S1 reads */
-    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
-    launch(S1, a, 4 * MiB); /* still queued at the free */
-    release(p, a);
+    void *keep, *a = freed_while_s1_uses_it(p, &keep);
     void *y = alloc(p, 2 * MiB, S2);
     launch(S2, y, 2 * MiB);
     assert_int_equal(stats(p).num_pages_recycled, 1);
@@ -380,13 +389,7 @@ static void test_handed_over_pages_wait_for_the_other_streams_use(void **state) 
 static void test_own_pending_block_serves_a_tight_miss(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, recycling);
-    xsa_sim_set_gpu_lag(100);
-    void *a = alloc(p, 4 * MiB, S0), *keep = alloc(p, 2 * MiB, S0);
-    launch(S0, a, 4 * MiB);
-    xsa_sim_tick(1000); /* S0's write is done before S1 reads */
-    assert_int_equal(xsa_pool_record_stream(p, a, S1, err, sizeof err), XSA_POOL_OK);
-    launch(S1, a, 4 * MiB); /* still queued at the free */
-    release(p, a);
+    void *keep, *a = freed_while_s1_uses_it(p, &keep);
     uint64_t waits = driver_calls(XSA_DRV_stream_wait_event);
     uint64_t syncs = driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize);
     void *b = alloc(p, 3 * MiB + 1, S0);
