@@ -4,9 +4,10 @@
  * after every call.
  *
  * The first byte picks the configuration (expandable with or without page
- * recycling, classic, classic with oversize blocks and garbage collection);
- * then each operation is an opcode byte followed by argument bytes:
- * malloc (size on a log scale, stream, slot), free, record_stream,
+ * recycling, classic, classic with oversize blocks and garbage collection,
+ * expandable with IPC handles); then each operation is an opcode byte
+ * followed by argument bytes: malloc (size on a log scale, stream, slot),
+ * free, record_stream, sharing a block as bytes and opening them here,
  * empty_cache, completing simulated streams, a memory fraction, arming
  * a driver fault (entry point, which of its next calls; the first such
  * operation of an input only), beginning or ending the routing of a
@@ -158,6 +159,27 @@ static void checkpoint_op(int i, bool take) {
     xsa_restore_delta_free(&d);
 }
 
+/* Shares a slot's block as bytes, opens them in this process (as another
+ * process would), checks the data through the opened mapping and closes it. */
+static void share_and_open(const slot *s) {
+    if (!s->ptr) return;
+    void *bytes = NULL, *base = NULL;
+    size_t len = 0, offset = 0;
+    xsa_status st = xsa_ipc_share(s->ptr, &bytes, &len, &offset);
+    /* NOT_SUPPORTED: IPC off or a classic block; DRIVER: an armed fault */
+    check(st == XSA_SUCCESS || st == XSA_ERROR_NOT_SUPPORTED || st == XSA_ERROR_DRIVER ||
+              st == XSA_ERROR_OUT_OF_MEMORY, "ipc_share");
+    if (st != XSA_SUCCESS) return;
+    st = xsa_ipc_open(bytes, len, 0, &base);
+    check(st == XSA_SUCCESS || (fault_armed && (st == XSA_ERROR_DRIVER || st == XSA_ERROR_OUT_OF_MEMORY)), "ipc_open");
+    xsa_free_buffer(bytes);
+    if (st != XSA_SUCCESS) return;
+    const uint8_t *b = (const uint8_t *)base + offset;
+    check(b[0] == s->fill && b[s->size - 1] == s->fill, "the opened share shows other data");
+    st = xsa_ipc_close(base);
+    check(st == XSA_SUCCESS || (fault_armed && st == XSA_ERROR_DRIVER), "ipc_close");
+}
+
 static void run_op(input *in) {
     uint8_t op = next(in);
     switch (op % 10) {
@@ -166,7 +188,10 @@ static void run_op(input *in) {
     case 2: do_free(&slots[next(in) % SLOTS]); break;
     case 3: {
         slot *s = &slots[next(in) % SLOTS];
-        if (s->ptr) check(xsa_record_stream(s->ptr, stream_of(next(in))) == XSA_SUCCESS, "record_stream failed");
+        if (op & 0x80)
+            share_and_open(s);
+        else if (s->ptr)
+            check(xsa_record_stream(s->ptr, stream_of(next(in))) == XSA_SUCCESS, "record_stream failed");
         break;
     }
     case 4: xsa_empty_cache(); break; /* may fail on an armed fault */
@@ -223,7 +248,7 @@ static void finish(void) {
 
 static const char *const confs[] = {
     "", "page_recycling:False", "expandable_segments:False",
-    "expandable_segments:False,max_split_size_mb:20,garbage_collection_threshold:0.5",
+    "expandable_segments:False,max_split_size_mb:20,garbage_collection_threshold:0.5", "ipc_handles:True",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -233,7 +258,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     c.capacity = CAPACITY;
     check(xsa_sim_configure(&c) == XSA_CU_SUCCESS, "the simulated driver still holds resources");
     check(xsa_use_driver("sim") == XSA_SUCCESS, "use_driver");
-    check(xsa_init(confs[next(&in) % 4]) == XSA_SUCCESS, "init");
+    check(xsa_init(confs[next(&in) % 5]) == XSA_SUCCESS, "init");
     memset(slots, 0, sizeof slots);
     fault_armed = false;
     for (int i = 0; i < MEMPOOLS; i++) {
