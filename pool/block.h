@@ -58,6 +58,10 @@ static inline bool xsa_block_holds_memory(const xsa_block *b) { return b->mapped
 /* A cached block: memory the pool holds that nothing uses. */
 static inline bool xsa_block_is_free(const xsa_block *b) { return xsa_block_holds_memory(b) && !xsa_block_in_use(b); }
 
+/* A neighbour (b->prev or b->next, NULL at a segment's ends) that is a
+ * cached block: what a block merges with, or a growth or move counts. */
+static inline bool xsa_block_free_neighbour(const xsa_block *n) { return n && xsa_block_is_free(n); }
+
 /* Recycler of block records. */
 typedef struct xsa_block_cache {
     xsa_block *free_list; /* linked through ->next */

@@ -131,8 +131,6 @@ void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone) {
     unlink_block(p, gone);
 }
 
-static inline bool mergeable(const xsa_block *b) { return b && xsa_block_is_free(b); }
-
 /* Free neighbours merge with b into one free block. The record that stays
  * is a neighbour's if there is one: it is already in the free set, and
  * usually keeps its place there as it grows. */
@@ -141,8 +139,8 @@ void xsa_pool_free_block(xsa_pool *p, xsa_block *b) {
     xsa_pool_kind kind = b->seg->kind;
     xsa_free_set *set = xsa_free_set_of(b);
     XSA_OBSERVE(p, XSA_OBS_FREE_COMPLETED, kind, b->ptr, b->requested, b->size, b->stream);
-    xsa_block *prev = mergeable(b->prev) ? b->prev : NULL;
-    xsa_block *next = mergeable(b->next) ? b->next : NULL;
+    xsa_block *prev = xsa_block_free_neighbour(b->prev) ? b->prev : NULL;
+    xsa_block *next = xsa_block_free_neighbour(b->next) ? b->next : NULL;
     /* inactive_split changes by the net effect of the merge. */
     xsa_split_tally t = {0, 0};
     if (prev) xsa_tally(&t, prev, -1);

@@ -41,12 +41,11 @@ static xsa_pool_status create_segment(xsa_pool *p, xsa_mempool *mp, xsa_pool_kin
     return XSA_POOL_OK;
 }
 
-static bool is_free_mapped(const xsa_block *b) { return b && xsa_block_is_free(b); }
-
 /* Bytes a request could get from unmapped block u: u plus the free blocks
  * on both sides (the one after only once u is mapped whole). */
 static size_t room(const xsa_block *u) {
-    return u->size + (is_free_mapped(u->prev) ? u->prev->size : 0) + (is_free_mapped(u->next) ? u->next->size : 0);
+    return u->size + (xsa_block_free_neighbour(u->prev) ? u->prev->size : 0) +
+           (xsa_block_free_neighbour(u->next) ? u->next->size : 0);
 }
 
 /* How the free bytes in partial pages around unmapped block u change if
@@ -56,8 +55,8 @@ static size_t room(const xsa_block *u) {
  * after). Partial pages cannot be recycled, so they are what reserved
  * memory keeps beyond allocated. */
 static long long partial_change(const xsa_block *u, size_t size, size_t page) {
-    size_t before = is_free_mapped(u->prev) ? u->prev->size : 0;
-    size_t after = is_free_mapped(u->next) ? u->next->size : 0;
+    size_t before = xsa_block_free_neighbour(u->prev) ? u->prev->size : 0;
+    size_t after = xsa_block_free_neighbour(u->next) ? u->next->size : 0;
     if (before >= size) return 0;
     size_t need = size - before, bytes = (need + page - 1) / page * page;
     if (bytes < u->size) return (long long)(bytes - need) - (long long)before;
@@ -90,7 +89,7 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     if (p->drains && !p->capturing) xsa_recycle_drain(p, false);
     xsa_block *u = find_unmapped(s, size);
     if (!u) return XSA_POOL_OOM; /* the reservation is as large as the device */
-    xsa_block *before = is_free_mapped(u->prev) ? u->prev : NULL;
+    xsa_block *before = xsa_block_free_neighbour(u->prev) ? u->prev : NULL;
     size_t have = before ? before->size : 0;
     /* have >= size only when the oversize rules refused `before`: still map a page. */
     size_t need = size > have ? size - have : 1;
@@ -132,7 +131,7 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     p->stats.num_pages_recycled += (int64_t)moved;
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, m->ptr, bytes, bytes, s->stream);
     if (before) xsa_pool_absorb(p, m, before);
-    if (is_free_mapped(m->next)) xsa_pool_absorb(p, m, m->next);
+    if (xsa_block_free_neighbour(m->next)) xsa_pool_absorb(p, m, m->next);
     *out = m;
     return XSA_POOL_OK;
 }

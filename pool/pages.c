@@ -10,9 +10,6 @@
 
 #include <stdio.h>
 
-/* A free block the pool holds (a neighbour that a returned block merges with). */
-static bool is_free_mapped(const xsa_block *b) { return b && xsa_block_is_free(b); }
-
 void xsa_pages_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign) {
     size_t pages = moved + created, bytes = pages * p->page_size;
     /* Moved pages are not device allocations or frees. */
@@ -37,8 +34,8 @@ void xsa_pages_merge_unmapped(xsa_pool *p, xsa_block *u) {
 }
 
 void xsa_pages_return_free(xsa_pool *p, xsa_block *b) {
-    if (is_free_mapped(b->prev)) xsa_pool_absorb(p, b, b->prev);
-    if (is_free_mapped(b->next)) xsa_pool_absorb(p, b, b->next);
+    if (xsa_block_free_neighbour(b->prev)) xsa_pool_absorb(p, b, b->prev);
+    if (xsa_block_free_neighbour(b->next)) xsa_pool_absorb(p, b, b->next);
     xsa_pool_insert_free(p, b);
 }
 

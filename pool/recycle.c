@@ -107,8 +107,6 @@ size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages) {
     return pages > fresh ? pages - fresh : 0;
 }
 
-static bool xsa_block_is_free_ptr(const xsa_block *b) { return b && xsa_block_is_free(b); }
-
 static size_t pages_of(const xsa_pool *p, const xsa_block *b) { return b->size / p->page_size; }
 
 static size_t first_page(const xsa_pool *p, const xsa_block *b) { return (b->ptr - b->seg->base) / p->page_size; }
@@ -196,8 +194,8 @@ static size_t take_pass(xsa_pool *p, const xsa_seg *target, bool other, const xs
 /* Whole pages that pending block b would free, merged with its free
  * neighbours (an estimate: chunks of several pages are not looked at). */
 static size_t pending_pages(const xsa_pool *p, const xsa_block *b) {
-    uintptr_t lo = xsa_block_is_free_ptr(b->prev) ? b->prev->ptr : b->ptr;
-    uintptr_t hi = b->ptr + b->size + (xsa_block_is_free_ptr(b->next) ? b->next->size : 0);
+    uintptr_t lo = xsa_block_free_neighbour(b->prev) ? b->prev->ptr : b->ptr;
+    uintptr_t hi = b->ptr + b->size + (xsa_block_free_neighbour(b->next) ? b->next->size : 0);
     size_t first = (lo - b->seg->base + p->page_size - 1) / p->page_size, end = (hi - b->seg->base) / p->page_size;
     return end > first ? end - first : 0;
 }
