@@ -211,6 +211,15 @@ static bool may_hand_over(const xsa_pool *p, const xsa_block *b, const xsa_block
     return true;
 }
 
+/* Ends pending block b's wait: its own stream waits for its events on the
+ * GPU and b becomes a free block of that stream. False if a wait could not
+ * be queued (b keeps waiting). */
+static bool hand_over(xsa_pool *p, xsa_block *b) {
+    if (!xsa_events_hand_over(&p->events, b, b->stream)) return false;
+    xsa_pool_free_block(p, b);
+    return true;
+}
+
 typedef struct candidate {
     xsa_block *block;
     size_t pages;
@@ -243,9 +252,7 @@ static size_t hand_over_pending(xsa_pool *p, const xsa_block *keep1, const xsa_b
         }
     qsort(c, n, sizeof *c, more_pages_first);
     for (size_t i = 0; i < n && freed < pages; i++) {
-        xsa_block *b = c[i].block;
-        if (!xsa_events_hand_over(e, b, b->stream)) break;
-        xsa_pool_free_block(p, b);
+        if (!hand_over(p, c[i].block)) break;
         freed += c[i].pages;
     }
     free(c);
@@ -288,10 +295,7 @@ bool xsa_recycle_hand_over_fit(xsa_pool *p, xsa_pool_kind kind, xsa_stream strea
     for (xsa_block *b = best; free_or_handable(p, b); b = b->next)
         if (pending_handable(p, b)) todo[n++] = b;
     bool all = true;
-    for (size_t i = 0; i < n && all; i++) {
-        all = xsa_events_hand_over(e, todo[i], todo[i]->stream);
-        if (all) xsa_pool_free_block(p, todo[i]);
-    }
+    for (size_t i = 0; i < n && all; i++) all = hand_over(p, todo[i]);
     free(todo);
     return all;
 }
