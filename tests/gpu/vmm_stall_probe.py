@@ -22,7 +22,7 @@ import statistics
 import time
 
 import torch
-from vmm_sync_probe import Access, Location, Prop, check, cu
+from vmm_sync_probe import check, cu, reserve
 
 
 def main():
@@ -36,16 +36,9 @@ def main():
 
         xsalloc.torch.use()
     torch.cuda.init()
-    dev = torch.cuda.current_device()
-    prop = Prop(type=1, requestedHandleTypes=0, location=Location(1, dev))
-    access = Access(location=Location(1, dev), flags=3)
-    gran = ctypes.c_size_t()
-    check(cu.cuMemGetAllocationGranularity(ctypes.byref(gran), ctypes.byref(prop), 0), "granularity")
-    page, n = gran.value, args.calls
-    span = 10 * n * page  # room for 10 pages a call
-    base = ctypes.c_uint64()
-    check(cu.cuMemAddressReserve(ctypes.byref(base), ctypes.c_size_t(span), ctypes.c_size_t(0), ctypes.c_uint64(0),
-                                 ctypes.c_uint64(0)), "reserve")
+    n = args.calls
+    prop, access, page, base = reserve(torch.cuda.current_device(), 10 * n)  # room for 10 pages a call
+    span = 10 * n * page
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn_like(a)

@@ -44,18 +44,25 @@ def check(r, what):
         raise RuntimeError(f"{what} failed: CUresult {r}")
 
 
-def main():
-    torch.cuda.init()
-    torch.empty(1, device="cuda")
-    dev = torch.cuda.current_device()
+def reserve(dev, pages):
+    """(prop, access, page, base): the properties of a pinned allocation on device dev, read/write
+    access for it, its page size (the granularity) and a reservation of `pages` pages of its own."""
     prop = Prop(type=1, requestedHandleTypes=0, location=Location(1, dev))  # pinned, on the device
     access = Access(location=Location(1, dev), flags=3)  # read/write
     gran = ctypes.c_size_t()
     check(cu.cuMemGetAllocationGranularity(ctypes.byref(gran), ctypes.byref(prop), 0), "granularity")
     page = gran.value
     base = ctypes.c_uint64()
-    check(cu.cuMemAddressReserve(ctypes.byref(base), ctypes.c_size_t(64 * page), ctypes.c_size_t(0),
+    check(cu.cuMemAddressReserve(ctypes.byref(base), ctypes.c_size_t(pages * page), ctypes.c_size_t(0),
                                  ctypes.c_uint64(0), ctypes.c_uint64(0)), "reserve")
+    return prop, access, page, base
+
+
+def main():
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    dev = torch.cuda.current_device()
+    prop, access, page, base = reserve(dev, 64)
     other = torch.cuda.Stream()
     ev = ctypes.c_void_p()
     check(cu.cuEventCreate(ctypes.byref(ev), 2), "event create")  # disable timing
