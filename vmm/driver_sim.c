@@ -3,7 +3,8 @@
  * injection, physical handles, reservations, mappings and cuMemAlloc
  * allocations (controls in sim.h; streams, events and kernels are in
  * sim_timeline.c, stream capture and graphs in sim_capture.c, usage and
- * the invariant checker in sim_check.c).
+ * the invariant checker in sim_check.c, the calls' H100 cost in
+ * sim_cost.c).
  *
  * Design: one global mutex guards all state; every entry point takes it,
  * applies the default configuration on first use, counts the call for fault
@@ -94,6 +95,7 @@ static void apply_config(const xsa_sim_config *c) {
     xsa_sim_tl_reset(); /* reads cfg.eager_events */
     S.n_faults = 0;
     memset(S.entry_calls, 0, sizeof S.entry_calls);
+    S.h100_est_ns = 0;
     S.configured = true;
 }
 
@@ -135,7 +137,7 @@ void xsa_sim_clear_faults(void) {
 }
 
 /* Takes the lock and counts the call; returns the injected error, if any
- * (the lock is held either way). */
+ * (the lock is held either way), else adds the call's H100 cost. */
 static xsa_cu_result enter(xsa_driver_entry e) {
     pthread_mutex_lock(&xsa_sim_lock);
     xsa_sim_ensure_configured();
@@ -146,6 +148,7 @@ static xsa_cu_result enter(xsa_driver_entry e) {
         S.faults[i] = S.faults[--S.n_faults];
         return err;
     }
+    xsa_sim_cost_call(e);
     return XSA_CU_SUCCESS;
 }
 
@@ -511,6 +514,7 @@ static xsa_cu_result mem_unmap(xsa_devptr ptr, size_t size) {
     sim_reservation *r = range_pages(ptr, size, &first, &n);
     if (!r || !whole_mappings(r, first, n)) return XSA_CU_ERROR_INVALID_VALUE;
     if (!reset_range((uintptr_t)ptr, size)) return XSA_CU_ERROR_UNKNOWN;
+    xsa_sim_cost_unmap(r, first, n);
     xsa_sim_tl_unmapping(r, first, n);
     size_t unmapped = 0;
     for (size_t i = 0; i < n; i++) {
@@ -550,6 +554,7 @@ static xsa_cu_result set_access(xsa_devptr ptr, size_t size, const int *devices,
     if (mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) != 0) return XSA_CU_ERROR_OUT_OF_MEMORY;
     uint8_t mask = 0;
     for (int k = 0; k < nd; k++) mask |= (uint8_t)(1u << devices[k]);
+    xsa_sim_cost_set_access(r, first, n, mask);
     for (size_t i = 0; i < n; i++) r->pages[first + i].access |= mask;
     return XSA_CU_SUCCESS;
 }

@@ -208,6 +208,16 @@ typedef struct xsa_sim_range {
  */
 XSA_API size_t xsa_sim_graph_exec_ranges(xsa_graph_exec exec, xsa_sim_range *out, size_t max);
 
+/*
+ * The CPU time, in nanoseconds, that the driver calls made since the last
+ * configuration would have taken on an H100 (driver 580) with kernels
+ * queued, estimated from costs measured there: by call, and for
+ * cuMemSetAccess and cuMemUnmap by handle mapping in the range (the model
+ * and its constants: vmm/sim_cost.c). Entry points not measured, such as
+ * cuMemAlloc and cuMemFree, count nothing.
+ */
+XSA_API uint64_t xsa_sim_h100_est_ns(void);
+
 /* Devices granted read/write on the page holding ptr (bit d: device d);
  * 0 where nothing is mapped or ptr is in no reservation. */
 XSA_API unsigned xsa_sim_page_access(xsa_devptr ptr);

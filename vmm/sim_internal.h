@@ -1,7 +1,7 @@
 /*
  * vmm/sim_internal: the state the simulated driver's files share (not an
- * API: only driver_sim.c, sim_timeline.c, sim_capture.c and sim_check.c
- * include it).
+ * API: only driver_sim.c, sim_timeline.c, sim_capture.c, sim_check.c and
+ * sim_cost.c include it).
  *
  * Design: one global state `S` guarded by xsa_sim_lock. driver_sim.c owns
  * configuration, fault injection, handles, reservations, mappings and
@@ -9,7 +9,8 @@
  * kernels and their uses of physical memory; sim_capture.c sits in front
  * of the timeline's stream and event calls and keeps its own state (under
  * the same lock): captures, graphs and executable graphs; sim_check.c reads
- * them all for the usage counters and the invariant checker. A kernel's uses hang off
+ * them all for the usage counters and the invariant checker; sim_cost.c
+ * adds up what the calls would cost on an H100. A kernel's uses hang off
  * the physical memory they touch (a handle, or a cuMemAlloc allocation),
  * so that unmapping or freeing memory finds them without a search.
  */
@@ -163,6 +164,7 @@ typedef struct {
     size_t live_handles, handle_bytes, mapped_bytes, reserved_bytes;
     size_t alloc_bytes, live_events;
     uint64_t entry_calls[XSA_DRV_COUNT];
+    uint64_t h100_est_ns;        /* sim_cost.c: the calls' estimated CPU time on an H100 */
     sim_fault faults[SIM_MAX_FAULTS];
     int n_faults;
     /* The timeline (sim_timeline.c). */
@@ -208,6 +210,15 @@ bool xsa_sim_tl_event_pending(const sim_event *ev);
 bool xsa_sim_tl_use_pending(const sim_use *u);
 /* The op of stream st with sequence number seq, or NULL. */
 const sim_op *xsa_sim_tl_find_op(const sim_stream *st, uint64_t seq);
+
+/* sim_cost.c: the H100 estimate. A call made (not an injected fault) adds
+ * its entry point's cost a call; a cuMemSetAccess about to grant `mask`
+ * on pages [first, first+n) of r, and a cuMemUnmap about to unmap them,
+ * add their cost per mapping there (called after every check passed,
+ * before the pages change). */
+void xsa_sim_cost_call(xsa_driver_entry e);
+void xsa_sim_cost_set_access(const sim_reservation *r, size_t first, size_t n, uint8_t mask);
+void xsa_sim_cost_unmap(const sim_reservation *r, size_t first, size_t n);
 
 /* sim_capture.c: stream capture. The stream and event entry points go
  * through it (work on a capturing stream becomes graph nodes; the rest
