@@ -125,7 +125,7 @@ static const struct pytorch_figures *pytorch_for(const char *trace) {
     return NULL;
 }
 
-#define ROW "| %-22s | %-10s | %10s | %10s | %6s | %-26s | %14s | %6s | %5s | %8s | %-30s |\n"
+#define ROW "| %-22s | %-10s | %10s | %10s | %6s | %-26s | %14s | %6s | %5s | %8s | %-30s | %12s |\n"
 
 static void print_header(const char *driver, int64_t lag) {
     printf("\nFragmentation on the bundled traces (driver: %s; GB = 1e9 bytes; ratio = peak reserved / peak allocated;\n"
@@ -134,10 +134,10 @@ static void print_header(const char *driver, int64_t lag) {
     char resv[32];
     snprintf(resv, sizeof resv, "resv, lag %" PRId64, lag);
     printf(ROW, "trace", "mode", "peak alloc", "peak resv", "ratio", "PyTorch (same mode)", resv, "ratio", "viol.",
-           "ns/event", "driver calls (*)");
-    printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "------------", "------------",
+           "ns/event", "driver calls (*)", "H100 ms (**)");
+    printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "------------", "------------",
            "------------", "--------", "----------------------------", "----------------", "--------", "-------",
-           "----------", "--------------------------------");
+           "----------", "--------------------------------", "--------------");
 }
 
 /* The lag columns: figures of a pass failed by violations are still shown. */
@@ -164,7 +164,7 @@ static void print_row(const char *trace, int mode, const run *rn) {
         snprintf(ref, sizeof ref, "expandable %.2f GB, %.3f", pt->expandable_gb, pt->expandable_ratio);
     if (!rn->ok) {
         printf(ROW, trace, modes[mode].name, rn->skipped ? "skipped" : "failed", "", "", ref, "", "", "", "",
-               rn->skipped ? "multi-stream: sim driver only" : "see stderr");
+               rn->skipped ? "multi-stream: sim driver only" : "see stderr", "");
         return;
     }
     const xsa_replay_result *r = &rn->r;
@@ -174,17 +174,23 @@ static void print_row(const char *trace, int mode, const run *rn) {
              (unsigned long long)XSA_REPLAY_CALLS(r, mem_unmap), (unsigned long long)XSA_REPLAY_CALLS(r, mem_release),
              (unsigned long long)XSA_REPLAY_CALLS(r, mem_set_access),
              (unsigned long long)XSA_REPLAY_CALLS(r, mem_alloc), (unsigned long long)XSA_REPLAY_CALLS(r, mem_free));
-    char alloc[32], resv[32], ratio[16], lag_resv[32], lag_ratio[32], viol[32], ns[32];
+    char alloc[32], resv[32], ratio[16], lag_resv[32], lag_ratio[32], viol[32], ns[32], est[32] = "-";
     snprintf(alloc, sizeof alloc, "%7.2f GB", r->peak_allocated / GB);
     snprintf(resv, sizeof resv, "%7.2f GB", r->peak_reserved / GB);
     snprintf(ratio, sizeof ratio, "%6.3f", r->ratio);
     snprintf(ns, sizeof ns, "%8.0f", r->ns_per_event);
+    /* cuMemAlloc and cuMemFree are not in the estimate's model. */
+    if (strcmp(r->driver, "sim") == 0 && !XSA_REPLAY_CALLS(r, mem_alloc) && !XSA_REPLAY_CALLS(r, mem_free))
+        snprintf(est, sizeof est, "%8.1f", r->est_h100_driver_ns / 1e6);
     lag_cells(rn, lag_resv, lag_ratio, viol, sizeof lag_resv);
-    printf(ROW, trace, modes[mode].name, alloc, resv, ratio, ref, lag_resv, lag_ratio, viol, ns, calls);
+    printf(ROW, trace, modes[mode].name, alloc, resv, ratio, ref, lag_resv, lag_ratio, viol, ns, calls, est);
 }
 
 static void print_footer(void) {
     printf("\n(*) cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess; cuMemAlloc/cuMemFree, during the event loop at lag 0.\n");
+    printf("(**) The simulated driver's estimate of the CPU time the loop's driver calls would take on an H100 with kernels\n"
+           "queued (vmm/sim_cost.c: by call, and by handle mapping for cuMemSetAccess and cuMemUnmap), at lag 0; '-' where\n"
+           "cuMemAlloc/cuMemFree were called (not in the model) or on the cuda driver.\n");
     printf("\nPyTorch figures: PyTorch 2.11's caching allocator replaying the same traces on an H100 "
            "(benchmarks/traces/README.md).\ncudaMallocAsync ran the workloads themselves at ratio");
     for (size_t i = 0; i < sizeof pytorch / sizeof *pytorch; i++)

@@ -111,6 +111,9 @@ static void print_json(const char *name, const char *conf, const xsa_replay_resu
            (long long)r->pages_recycled,
            (long long)r->num_alloc_retries, (long long)r->num_ooms, (long long)r->gpu_lag,
            (unsigned long long)r->violations);
+    /* The simulated driver's H100 estimate of the calls; none from a real driver. */
+    if (strcmp(r->driver, "sim") == 0) printf(", \"est_h100_driver_ms\": %.3f", r->est_h100_driver_ns / 1e6);
+    else printf(", \"est_h100_driver_ms\": null");
     /* Every entry point called in the loop: {"name": [calls, microseconds]}. */
     printf(", \"driver_calls_us\": {");
     const char *sep = "";

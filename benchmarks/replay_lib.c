@@ -154,7 +154,8 @@ static int run_event(replay *rp, const xsa_trace_event *e) {
     return 0;
 }
 
-/* The timed loop; fills r->ns_per_event and the driver call counts. */
+/* The timed loop; fills r->ns_per_event, the driver call counts and, on
+ * the simulated driver, their H100 estimate. */
 static int run_events(replay *rp, xsa_replay_result *r) {
     size_t n = rp->t->n_events;
     size_t step = n / SERIES_POINTS ? n / SERIES_POINTS : 1;
@@ -163,6 +164,7 @@ static int run_events(replay *rp, xsa_replay_result *r) {
     uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT], ns_before[XSA_DRV_COUNT], ns_after[XSA_DRV_COUNT];
     xsa_driver_time_calls(d, true);
     xsa_driver_read_calls(d, before, ns_before);
+    uint64_t est_before = rp->s->sim ? xsa_sim_h100_est_ns() : 0;
     if (series) fputs("event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak\n", series);
     double t0 = xsa_bench_now_ns();
     for (size_t i = 0; i < n; i++) {
@@ -172,6 +174,7 @@ static int run_events(replay *rp, xsa_replay_result *r) {
     double elapsed = xsa_bench_now_ns() - t0;
     xsa_driver_read_calls(d, after, ns_after);
     xsa_driver_time_calls(d, false);
+    r->est_h100_driver_ns = rp->s->sim ? xsa_sim_h100_est_ns() - est_before : 0;
     for (int i = 0; i < XSA_DRV_COUNT; i++) {
         r->driver_calls[i] = after[i] - before[i];
         r->driver_ns[i] = ns_after[i] - ns_before[i];

@@ -48,6 +48,10 @@ typedef struct xsa_replay_result {
      * indexed by XSA_DRV_<entry> (XSA_REPLAY_CALLS names one). */
     uint64_t driver_calls[XSA_DRV_COUNT];
     uint64_t driver_ns[XSA_DRV_COUNT];
+    /* The simulated driver's estimate of what those calls would cost the
+     * CPU on an H100, in nanoseconds (xsa_sim_h100_est_ns; 0 on the cuda
+     * driver). */
+    uint64_t est_h100_driver_ns;
     int64_t pages_recycled;
     int64_t num_alloc_retries;
     int64_t num_ooms;

@@ -71,6 +71,7 @@ static void test_expandable(void **state) {
     assert_true(XSA_REPLAY_CALLS(&r, mem_create) > 0);
     assert_true(XSA_REPLAY_CALLS(&r, mem_map) > 0);
     assert_int_equal(r.pages_recycled, 0);
+    assert_true(r.est_h100_driver_ns > 0); /* the simulated driver's estimate of those calls */
 }
 
 static void test_recycling(void **state) {
@@ -214,7 +215,8 @@ static void test_replay_command(void **state) {
         "\"peak_allocated\": ", "\"peak_reserved\": ", "\"ratio\": ", "\"ns_per_event\": ",
         "\"create\": ", "\"map\": ", "\"unmap\": ", "\"release\": ", "\"mem_alloc\": 0, ",
         "\"mem_free\": 0, ", "\"set_access\": ", "\"pages_recycled\": ", "\"num_alloc_retries\": ",
-        "\"num_ooms\": 0, ", "\"gpu_lag\": 500, \"violations\": 0, ", "\"driver_calls_us\": {",
+        "\"num_ooms\": 0, ", "\"gpu_lag\": 500, \"violations\": 0, ", "\"est_h100_driver_ms\": ",
+        "\"driver_calls_us\": {",
         "\"mem_create\": [", "\"event_record\": [",
         "]}}\n"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
