@@ -449,7 +449,9 @@ xsa_status xsa_enable_peer_access(int device, int peer) {
     if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_enable_peer(p, peer, xsa_error_buffer(), XSA_ERROR_MAX);
     unlock_pool(device);
-    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+    if (ps != XSA_POOL_OK) return from_pool(ps);
+    st = xsa_ipc_grant_peer(device, peer); /* imported memory mapped for `device` too */
+    return st == XSA_SUCCESS ? xsa_ok() : st;
 }
 
 xsa_status xsa_ipc_export(void *ptr, xsa_ipc_handle *handle) {

@@ -9,7 +9,9 @@
  * and maps them there, whole, with access for the importing device: the
  * segment code does the mapping, access and undo. A failed import ends the
  * export (CLOSED), so the exporter does not keep the block pinned for an
- * importer that has nothing. Opening a share's bytes takes the exporter's
+ * importer that has nothing. The devices granted access to the importing
+ * device's memory (xsa_enable_peer_access, before or after) are granted
+ * the imported pages too, as they are its own pool's. Opening a share's bytes takes the exporter's
  * fds (api/ipc_share.c) and maps them the same way; the bytes are the
  * record's key, so the same bytes on the same device map once and count
  * their opens. Imports are kept in a list under one mutex, held while a
@@ -142,20 +144,37 @@ static xsa_status map_handles(const char *fn, xsa_driver *d, xsa_segment *seg, c
     return r == XSA_CU_SUCCESS ? XSA_SUCCESS : driver_fail(fn, d, call, r);
 }
 
+/* Adds the devices granted access to `device`'s memory so far
+ * (xsa_enable_peer_access, peer_access:True; its pool is made if need be)
+ * to seg's access list, before anything is mapped: the import's pages are
+ * mapped with access for them too. */
+static xsa_status add_device_peers(const char *fn, int device, xsa_segment *seg) {
+    int peers[XSA_SEGMENT_MAX_ACCESS - 1], n;
+    xsa_pool *p;
+    xsa_status st = xsa_api_lock(fn, device, true, &p);
+    if (st != XSA_SUCCESS) return st;
+    n = xsa_pool_peers(p, peers);
+    xsa_api_unlock(device);
+    for (int i = 0; i < n; i++) {
+        xsa_cu_result r = xsa_segment_add_access(seg, peers[i]); /* nothing mapped: no driver call */
+        if (r != XSA_CU_SUCCESS) return driver_fail(fn, seg->drv, "cuMemSetAccess", r);
+    }
+    return XSA_SUCCESS;
+}
+
 /* Reserves a range of `pages` pages of page_size bytes and maps the
- * handles of fds there for `device` (see map_handles). */
+ * handles of fds there for `device` and its peers (see map_handles). */
 static xsa_status map_import(const char *fn, size_t pages, size_t page_size, const int *fds,
                              const uint32_t *chunk_pages, size_t n, int device, xsa_segment *seg) {
     xsa_driver *d = xsa_active_driver();
     xsa_cu_result r = xsa_segment_init(seg, d, device, pages * page_size);
     if (r != XSA_CU_SUCCESS) return driver_fail(fn, d, "cuMemAddressReserve", r);
-    if (seg->page_size != page_size || seg->max_pages != pages) {
-        size_t mine = seg->page_size;
-        xsa_segment_destroy(seg);
-        return xsa_fail(XSA_ERROR_INVALID_VALUE, "%s: the handle's pages are %zu bytes but device %d maps pages of %zu bytes",
-                        fn, page_size, device, mine);
-    }
-    xsa_status st = map_handles(fn, d, seg, fds, chunk_pages, n, device);
+    xsa_status st = XSA_SUCCESS;
+    if (seg->page_size != page_size || seg->max_pages != pages)
+        st = xsa_fail(XSA_ERROR_INVALID_VALUE, "%s: the handle's pages are %zu bytes but device %d maps pages of %zu bytes",
+                      fn, page_size, device, seg->page_size);
+    if (st == XSA_SUCCESS) st = add_device_peers(fn, device, seg);
+    if (st == XSA_SUCCESS) st = map_handles(fn, d, seg, fds, chunk_pages, n, device);
     if (st != XSA_SUCCESS) xsa_segment_destroy(seg);
     return st;
 }
@@ -256,6 +275,18 @@ xsa_status xsa_ipc_open(const void *bytes, size_t len, int device, void **base) 
     if (im) *base = (void *)im->ptr;
     pthread_mutex_unlock(&imports_lock);
     return st == XSA_SUCCESS ? xsa_ok() : st;
+}
+
+xsa_status xsa_ipc_grant_peer(int device, int peer) {
+    xsa_status st = XSA_SUCCESS;
+    pthread_mutex_lock(&imports_lock);
+    for (import *im = imports; im && st == XSA_SUCCESS; im = im->next) {
+        if (im->device != device || im->closing) continue;
+        xsa_cu_result r = xsa_segment_add_access(&im->seg, peer);
+        if (r != XSA_CU_SUCCESS) st = driver_fail("xsa_enable_peer_access", im->seg.drv, "cuMemSetAccess on imported memory", r);
+    }
+    pthread_mutex_unlock(&imports_lock);
+    return st;
 }
 
 /* Unmaps an import and frees its record; on a driver error nothing but

@@ -12,6 +12,9 @@
 #include "api/xsalloc.h"
 #include "pool/pool.h"
 
+/* Grants `peer` read/write on every import mapped for `device`
+ * (xsa_enable_peer_access, after the device's pool granted it). */
+xsa_status xsa_ipc_grant_peer(int device, int peer);
 /* Closes every import of this process (xsa_shutdown). */
 void xsa_ipc_close_all(void);
 /* Invariant checker of the imports: each record agrees with its mapping

@@ -261,7 +261,9 @@ XSA_API void xsa_restore_delta_free(xsa_restore_delta *delta);
  *
  * Grants device `peer` read/write on every mapped page of `device`'s
  * expandable segments, now and on pages mapped later (each newly mapped run
- * gets cuMemSetAccess for the device and all its peers). Idempotent;
+ * gets cuMemSetAccess for the device and all its peers), and on the memory
+ * imported for `device` (xsa_ipc_import, xsa_ipc_open), imported before or
+ * after. Idempotent;
  * peer == device is a no-op. XSA_ERROR_NOT_SUPPORTED, naming both devices,
  * when cuDeviceCanAccessPeer says the peer cannot access the device's memory,
  * or when the device uses classic cuMemAlloc segments (expandable_segments:

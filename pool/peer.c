@@ -61,6 +61,11 @@ xsa_pool_status xsa_pool_enable_peer(xsa_pool *p, int peer, char *err, size_t er
     return XSA_POOL_OK;
 }
 
+int xsa_pool_peers(const xsa_pool *p, int *peers) {
+    for (int i = 0; i < p->n_peers; i++) peers[i] = p->peers[i];
+    return p->n_peers;
+}
+
 xsa_pool_status xsa_peer_enable_all(xsa_pool *p, char *err, size_t errlen) {
     int count = 0;
     xsa_cu_result r = XSA_DRV(p->drv, device_get_count, &count);

@@ -95,6 +95,9 @@ size_t xsa_pool_live_blocks(const xsa_pool *p);
 /* Grants device `peer` read/write on every page of the pool's expandable
  * segments, now and later (see xsa_enable_peer_access). */
 xsa_pool_status xsa_pool_enable_peer(xsa_pool *p, int peer, char *err, size_t errlen);
+/* The devices granted so far, into peers[] (room for
+ * XSA_SEGMENT_MAX_ACCESS - 1); how many. */
+int xsa_pool_peers(const xsa_pool *p, int *peers);
 
 /* IPC export of the live allocation at ptr; the protocol and the lifetime
  * of exported pages are in api/xsalloc.h. The block stays pinned (never

@@ -234,6 +234,48 @@ static void test_freed_before_import(void **state) {
     OK(xsa_free(keep));
 }
 
+/* Memory imported for a device is granted to the devices granted access
+ * to that device's memory (xsa_enable_peer_access), whether they were
+ * granted before the import or after; an import for another device is not. */
+static void test_imports_granted_to_peers(void **state) {
+    (void)state;
+    OK(xsa_init("ipc_handles:True"));
+    void *a = alloc(2 * MiB, 0, S0), *b = alloc(2 * MiB, 0, S0), *c = alloc(2 * MiB, 0, S0);
+    xsa_ipc_handle ha, hb, hc;
+    OK(xsa_ipc_export(a, &ha));
+    OK(xsa_ipc_export(c, &hc));
+    void *qa = NULL, *qc = NULL, *qb = NULL;
+    OK(xsa_ipc_import(&ha, 0, &qa));
+    OK(xsa_ipc_import(&hc, 1, &qc));
+    assert_int_equal(xsa_sim_page_access((uintptr_t)qa), 1u);
+    assert_int_equal(xsa_sim_page_access((uintptr_t)qc), 2u);
+    OK(xsa_enable_peer_access(0, 1));
+    INVARIANTS(0);
+    assert_int_equal(xsa_sim_page_access((uintptr_t)a), 3u);
+    assert_int_equal(xsa_sim_page_access((uintptr_t)qa), 3u); /* imported before */
+    assert_int_equal(xsa_sim_page_access((uintptr_t)qc), 2u); /* device 1's import: not device 0's memory */
+    OK(xsa_ipc_export(b, &hb));
+    OK(xsa_ipc_import(&hb, 0, &qb));
+    assert_int_equal(xsa_sim_page_access((uintptr_t)qb), 3u); /* imported after */
+    void *bytes = NULL, *base = NULL;
+    size_t len = 0, offset = 0;
+    OK(xsa_ipc_share(b, &bytes, &len, &offset));
+    OK(xsa_ipc_open(bytes, len, 0, &base));
+    assert_int_equal(xsa_sim_page_access((uintptr_t)base), 3u);
+    INVARIANTS(0);
+    OK(xsa_ipc_close(base));
+    free(bytes);
+    xsa_ipc_handle_close(&ha);
+    xsa_ipc_handle_close(&hb);
+    xsa_ipc_handle_close(&hc);
+    OK(xsa_ipc_close(qa));
+    OK(xsa_ipc_close(qb));
+    OK(xsa_ipc_close(qc));
+    OK(xsa_free(a));
+    OK(xsa_free(b));
+    OK(xsa_free(c));
+}
+
 /* A revoked export unpins at once; a pinned block waiting for record_stream
  * events too returns only when both are over. */
 static void test_revoke_and_events(void **state) {
@@ -506,6 +548,7 @@ int main(void) {
         T(test_export_import_across_fork),
         T(test_pinned_until_importer_closes),
         T(test_freed_before_import),
+        T(test_imports_granted_to_peers),
         T(test_revoke_and_events),
         T(test_many_pages_over_a_socket),
         T(test_multi_page_handles),
