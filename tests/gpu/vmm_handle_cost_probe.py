@@ -24,7 +24,7 @@ import statistics
 import time
 
 import torch
-from vmm_sync_probe import check, cu, reserve
+from vmm_sync_probe import check, cu, page_calls, reserve
 
 GROUP = 10  # pages a group
 
@@ -38,22 +38,7 @@ def main():
     n = args.groups
     prop, access, page, base = reserve(torch.cuda.current_device(), 2 * GROUP * n)  # the second half: moves' targets
 
-    def addr(k):
-        return ctypes.c_uint64(base.value + k * page)
-
-    def create(pages):
-        h = ctypes.c_uint64()
-        check(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(pages * page), ctypes.byref(prop), ctypes.c_uint64(0)),
-              "create")
-        return h
-
-    def map_at(k, pages, h, offset_pages=0):
-        check(cu.cuMemMap(addr(k), ctypes.c_size_t(pages * page), ctypes.c_size_t(offset_pages * page), h,
-                          ctypes.c_uint64(0)), "map")
-
-    def grant(k, pages):
-        check(cu.cuMemSetAccess(addr(k), ctypes.c_size_t(pages * page), ctypes.byref(access), ctypes.c_size_t(1)),
-              "set access")
+    addr, create, map_at, grant, unmap = page_calls(prop, access, page, base)
 
     # A group's layout: its handles, and its mappings as (first page, pages, handle index, offset in pages).
     def lay_out(layout, g, state):
@@ -89,7 +74,7 @@ def main():
     def unmap_each(state):
         for hs, maps in state["groups"]:
             for first, pages, _, _ in maps:
-                check(cu.cuMemUnmap(addr(first), ctypes.c_size_t(pages * page)), "unmap")
+                unmap(first, pages)
         state["groups"] = [(hs, []) for hs, _ in state["groups"]]
 
     def unmap_whole(state):
@@ -107,7 +92,7 @@ def main():
             if pages == 1:
                 map_at(target, 1, hs[hi], off)
                 grant(target, 1)
-                check(cu.cuMemUnmap(addr(first), ctypes.c_size_t(page)), "unmap")
+                unmap(first, 1)
                 maps[-1] = (target, 1, hi, off)
 
     kinds = {"none": {}}
@@ -146,7 +131,7 @@ def main():
         end.synchronize()
         for hs, maps in state["groups"]:
             for first, pages, _, _ in maps:
-                check(cu.cuMemUnmap(addr(first), ctypes.c_size_t(pages * page)), "unmap")
+                unmap(first, pages)
             for h in hs:
                 check(cu.cuMemRelease(h), "release")
         return cpu_ms, busy, state.get("refused")
@@ -167,7 +152,7 @@ def main():
         print(f"{kind:48s} {cpu * 1e3 / n:12.1f} {cpu * 1e3 / n / GROUP:11.1f}  {first}/{len(rs)}  "
               f"{'CUresult ' + ','.join(map(str, codes)) if codes else '-'}")
     if not refused:
-        check_offsets(page, create, map_at, grant, addr)
+        check_offsets(page, create, map_at, grant, addr, unmap)
     check(cu.cuMemAddressFree(base, ctypes.c_size_t(2 * GROUP * n * page)), "address free")
 
 
@@ -181,7 +166,7 @@ def offset_map_refused(create, addr, page, offset_pages):
     return r
 
 
-def check_offsets(page, create, map_at, grant, addr):
+def check_offsets(page, create, map_at, grant, addr, unmap):
     """Page 3 of a ten-page handle mapped at two addresses reads the same data; memory held after unmapping."""
     free0, total = ctypes.c_size_t(), ctypes.c_size_t()
     check(cu.cuMemGetInfo_v2(ctypes.byref(free0), ctypes.byref(total)), "mem info")
@@ -197,11 +182,11 @@ def check_offsets(page, create, map_at, grant, addr):
     check(cu.cuMemcpyDtoH_v2(out, addr(GROUP), ctypes.c_size_t(16)), "copy")
     same = all(x == 0xC0FFEE for x in out)
     for i in range(GROUP):
-        check(cu.cuMemUnmap(addr(i), ctypes.c_size_t(page)), "unmap")
+        unmap(i, 1)
     check(cu.cuMemRelease(h), "release")
     free1 = ctypes.c_size_t()
     check(cu.cuMemGetInfo_v2(ctypes.byref(free1), ctypes.byref(total)), "mem info")
-    check(cu.cuMemUnmap(addr(GROUP), ctypes.c_size_t(page)), "unmap")
+    unmap(GROUP, 1)
     free2 = ctypes.c_size_t()
     check(cu.cuMemGetInfo_v2(ctypes.byref(free2), ctypes.byref(total)), "mem info")
     print(f"page 3 of a {GROUP}-page handle read through a second address: {'same data' if same else 'DIFFERENT'}; "

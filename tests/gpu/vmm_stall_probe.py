@@ -22,7 +22,7 @@ import statistics
 import time
 
 import torch
-from vmm_sync_probe import check, cu, reserve
+from vmm_sync_probe import check, cu, page_calls, reserve
 
 
 def main():
@@ -50,26 +50,14 @@ def main():
     per_mm = (time.perf_counter() - t0) / 20
     mms = max(100, int(1.0 / per_mm))
 
-    def addr(k):
-        return ctypes.c_uint64(base.value + k * page)
-
-    def create(pages):
-        h = ctypes.c_uint64()
-        check(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(pages * page), ctypes.byref(prop), ctypes.c_uint64(0)),
-              "create")
-        return h
-
-    def grant(k, pages):
-        check(cu.cuMemSetAccess(addr(k), ctypes.c_size_t(pages * page), ctypes.byref(access), ctypes.c_size_t(1)),
-              "set access")
+    _, create, map_at, grant, unmap_pages = page_calls(prop, access, page, base)
 
     def mapped(pages_each, grant_every):
         """n handles of pages_each pages mapped one after another; set access once per grant_every pages."""
         def run(state):
             for i in range(n):
                 h = create(pages_each)
-                check(cu.cuMemMap(addr(i * pages_each), ctypes.c_size_t(pages_each * page), ctypes.c_size_t(0), h,
-                                  ctypes.c_uint64(0)), "map")
+                map_at(i * pages_each, pages_each, h)
                 state["handles"].append((h, i * pages_each, pages_each))
                 done = (i + 1) * pages_each
                 if grant_every and done % grant_every == 0:
@@ -89,7 +77,7 @@ def main():
 
     def unmap(state):
         for h, k, pages in state["handles"]:
-            check(cu.cuMemUnmap(addr(k), ctypes.c_size_t(pages * page)), "unmap")
+            unmap_pages(k, pages)
             state["loose"].append(h)
         state["handles"] = []
 
@@ -122,7 +110,7 @@ def main():
         busy = not end.query()  # the calls must end while the matmuls run
         end.synchronize()
         for h, k, pages in state["handles"]:
-            check(cu.cuMemUnmap(addr(k), ctypes.c_size_t(pages * page)), "unmap")
+            unmap_pages(k, pages)
             state["loose"].append(h)
         for h in state["loose"]:
             check(cu.cuMemRelease(h), "release")

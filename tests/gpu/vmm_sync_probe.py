@@ -58,6 +58,33 @@ def reserve(dev, pages):
     return prop, access, page, base
 
 
+def page_calls(prop, access, page, base):
+    """(addr, create, map_at, grant, unmap) over a reservation made by reserve(): page k's address; a
+    handle of n pages; mapping a handle at page k (at an offset into it, which the driver may refuse);
+    read/write access on pages [k, k+n); unmapping them. Each raises on a driver error."""
+    def addr(k):
+        return ctypes.c_uint64(base.value + k * page)
+
+    def create(pages):
+        h = ctypes.c_uint64()
+        check(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(pages * page), ctypes.byref(prop), ctypes.c_uint64(0)),
+              "create")
+        return h
+
+    def map_at(k, pages, h, offset_pages=0):
+        check(cu.cuMemMap(addr(k), ctypes.c_size_t(pages * page), ctypes.c_size_t(offset_pages * page), h,
+                          ctypes.c_uint64(0)), "map")
+
+    def grant(k, pages):
+        check(cu.cuMemSetAccess(addr(k), ctypes.c_size_t(pages * page), ctypes.byref(access), ctypes.c_size_t(1)),
+              "set access")
+
+    def unmap(k, pages):
+        check(cu.cuMemUnmap(addr(k), ctypes.c_size_t(pages * page)), "unmap")
+
+    return addr, create, map_at, grant, unmap
+
+
 def main():
     torch.cuda.init()
     torch.empty(1, device="cuda")
