@@ -24,7 +24,7 @@ import statistics
 import time
 
 import torch
-from vmm_sync_probe import check, cu, page_calls, reserve
+from vmm_sync_probe import check, cu, matmul_batch, page_calls, reserve
 
 GROUP = 10  # pages a group
 
@@ -104,14 +104,7 @@ def main():
         if layout != "1 handle, 1 mapping":
             kinds[f"move one page: {layout}"] = {"setup": grow(layout), "timed": move_one}
 
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn_like(a)
-    c = torch.empty_like(a)
-    t0 = time.perf_counter()
-    for _ in range(20):
-        torch.mm(a, b, out=c)
-    torch.cuda.synchronize()
-    mms = max(100, int(1.0 / ((time.perf_counter() - t0) / 20)))
+    a, b, c, mms = matmul_batch()
 
     def one_round(kind):
         spec = kinds[kind]

@@ -22,7 +22,7 @@ import statistics
 import time
 
 import torch
-from vmm_sync_probe import check, cu, page_calls, reserve
+from vmm_sync_probe import check, cu, matmul_batch, page_calls, reserve
 
 
 def main():
@@ -40,15 +40,7 @@ def main():
     prop, access, page, base = reserve(torch.cuda.current_device(), 10 * n)  # room for 10 pages a call
     span = 10 * n * page
 
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn_like(a)
-    c = torch.empty_like(a)
-    t0 = time.perf_counter()
-    for _ in range(20):
-        torch.mm(a, b, out=c)
-    torch.cuda.synchronize()
-    per_mm = (time.perf_counter() - t0) / 20
-    mms = max(100, int(1.0 / per_mm))
+    a, b, c, mms = matmul_batch()
 
     _, create, map_at, grant, unmap_pages = page_calls(prop, access, page, base)
 

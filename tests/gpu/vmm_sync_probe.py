@@ -58,6 +58,22 @@ def reserve(dev, pages):
     return prop, access, page, base
 
 
+def matmul_batch(seconds=1.0):
+    """(a, b, c, count): bf16 4096^2 operands, and how many torch.mm(a, b, out=c) make about `seconds` of
+    GPU work, timed after a warm-up (cuBLAS's first calls set it up and would shorten the batch)."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn_like(a)
+    c = torch.empty_like(a)
+    for _ in range(5):
+        torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    return a, b, c, max(100, int(seconds / ((time.perf_counter() - t0) / 50)))
+
+
 def page_calls(prop, access, page, base):
     """(addr, create, map_at, grant, unmap) over a reservation made by reserve(): page k's address; a
     handle of n pages; mapping a handle at page k (at an offset into it, which the driver may refuse);
