@@ -276,6 +276,28 @@ static void test_imports_granted_to_peers(void **state) {
     OK(xsa_free(c));
 }
 
+/* A driver error granting the peer on imported memory fails the call and
+ * leaves the import as it was; calling again completes the grant. Device
+ * 0's pool has nothing mapped, so the import's grant is the only call. */
+static void test_import_grant_fails_then_completes(void **state) {
+    (void)state;
+    OK(xsa_init("ipc_handles:True"));
+    void *a = alloc(2 * MiB, 1, S0), *q = NULL;
+    xsa_ipc_handle h;
+    OK(xsa_ipc_export(a, &h));
+    OK(xsa_ipc_import(&h, 0, &q));
+    xsa_ipc_handle_close(&h);
+    xsa_sim_fail_call(XSA_DRV_mem_set_access, 1, XSA_CU_ERROR_UNKNOWN);
+    FAILS(XSA_ERROR_DRIVER, xsa_enable_peer_access(0, 1), "imported memory");
+    assert_int_equal(xsa_sim_page_access((uintptr_t)q), 1u);
+    INVARIANTS(0);
+    OK(xsa_enable_peer_access(0, 1));
+    assert_int_equal(xsa_sim_page_access((uintptr_t)q), 3u);
+    INVARIANTS(0);
+    OK(xsa_ipc_close(q));
+    OK(xsa_free(a));
+}
+
 /* A revoked export unpins at once; a pinned block waiting for record_stream
  * events too returns only when both are over. */
 static void test_revoke_and_events(void **state) {
@@ -549,6 +571,7 @@ int main(void) {
         T(test_pinned_until_importer_closes),
         T(test_freed_before_import),
         T(test_imports_granted_to_peers),
+        T(test_import_grant_fails_then_completes),
         T(test_revoke_and_events),
         T(test_many_pages_over_a_socket),
         T(test_multi_page_handles),
