@@ -33,11 +33,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define OK(call) assert_int_equal((call), XSA_SUCCESS)
-#define INVARIANTS(dev)                                                                 \
-    do {                                                                                \
-        if (xsa_check_invariants(dev) != XSA_SUCCESS) fail_msg("%s", xsa_last_error()); \
-    } while (0)
 
 static void test_bad_config_names_key_and_value(void **state) {
     (void)state;

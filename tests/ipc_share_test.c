@@ -57,26 +57,23 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define OK(call)                                                             \
+/* OK and FAILS (sim_fixture.h), then the invariant checker. */
+#define OK_CHECKED(call)                                                             \
     do {                                                                     \
         xsa_status st_ = (call);                                             \
         if (st_ != XSA_SUCCESS) fail_msg("%s: %s", #call, xsa_last_error()); \
-        INVARIANTS();                                                        \
+        INVARIANTS(0);                                                        \
     } while (0)
 /* The failure's sentence stays in `said` (the invariant check clears it). */
 static char said[4096];
-#define FAILS(status, call, needle)                                                              \
+#define FAILS_CHECKED(status, call, needle)                                                              \
     do {                                                                                         \
         xsa_status st_ = (call);                                                                 \
         snprintf(said, sizeof said, "%s", xsa_last_error());                                     \
         if (st_ != (status) || !strstr(said, needle))                                            \
             fail_msg("%s gave %s \"%s\", want %s with \"%s\"", #call, xsa_status_name(st_),      \
                      said, #status, needle);                                                     \
-        INVARIANTS();                                                                            \
-    } while (0)
-#define INVARIANTS()                                                                  \
-    do {                                                                              \
-        if (xsa_check_invariants(0) != XSA_SUCCESS) fail_msg("%s", xsa_last_error()); \
+        INVARIANTS(0);                                                                            \
     } while (0)
 
 typedef struct share {
@@ -86,13 +83,13 @@ typedef struct share {
 
 static share share_of(void *p) {
     share s;
-    OK(xsa_ipc_share(p, &s.bytes, &s.len, &s.offset));
+    OK_CHECKED(xsa_ipc_share(p, &s.bytes, &s.len, &s.offset));
     return s;
 }
 
 static void *alloc(size_t size) {
     void *p = NULL;
-    OK(xsa_malloc(&p, size, 0, S0));
+    OK_CHECKED(xsa_malloc(&p, size, 0, S0));
     return p;
 }
 
@@ -104,7 +101,7 @@ static xsa_sim_usage usage(void) {
 
 static int64_t reserved(void) {
     xsa_device_stats s;
-    OK(xsa_get_stats(0, &s));
+    OK_CHECKED(xsa_get_stats(0, &s));
     return s.reserved_bytes[XSA_STAT_ALL].current;
 }
 
@@ -114,7 +111,7 @@ static int64_t reserved(void) {
  * each open is closed once; the memory is the block's, both ways. */
 static void test_share_and_open_here(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     void *pad = alloc(1536 * KiB), *blk = alloc(5 * MiB);
     xsa_fixture_fill(blk, 5 * MiB, 'A');
     share s = share_of(blk), again = share_of(blk), other = share_of(pad);
@@ -122,28 +119,28 @@ static void test_share_and_open_here(void **state) {
     assert_true(s.len == again.len && memcmp(s.bytes, again.bytes, s.len) == 0);
     assert_true(other.len != s.len || memcmp(other.bytes, s.bytes, s.len) != 0);
     void *base = NULL, *base2 = NULL, *on1 = NULL;
-    OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
+    OK_CHECKED(xsa_ipc_open(s.bytes, s.len, 0, &base));
     assert_true(base != (char *)blk - s.offset && xsa_fixture_filled((char *)base + s.offset, 5 * MiB, 'A'));
     size_t mapped = usage().mapped_bytes;
     char *odd = malloc(again.len + 1); /* the bytes at any alignment, as a caller's buffer may be */
     memcpy(odd + 1, again.bytes, again.len);
-    OK(xsa_ipc_open(odd + 1, again.len, 0, &base2));
+    OK_CHECKED(xsa_ipc_open(odd + 1, again.len, 0, &base2));
     free(odd);
     assert_ptr_equal(base2, base);
     assert_int_equal(usage().mapped_bytes, mapped); /* opened once */
-    OK(xsa_ipc_open(s.bytes, s.len, 1, &on1)); /* another device maps it for itself */
+    OK_CHECKED(xsa_ipc_open(s.bytes, s.len, 1, &on1)); /* another device maps it for itself */
     assert_true(on1 != base && xsa_sim_page_access((uintptr_t)on1) == 2u);
     xsa_fixture_fill((char *)base + s.offset, 5 * MiB, 'B');
     assert_true(xsa_fixture_filled(blk, 5 * MiB, 'B'));
-    OK(xsa_ipc_close(base));
+    OK_CHECKED(xsa_ipc_close(base));
     assert_true(xsa_fixture_filled((char *)base + s.offset, 5 * MiB, 'B')); /* still open once */
-    OK(xsa_ipc_close(base));
-    OK(xsa_ipc_close(on1));
-    FAILS(XSA_ERROR_INVALID_POINTER, xsa_ipc_close(base), "already closed");
+    OK_CHECKED(xsa_ipc_close(base));
+    OK_CHECKED(xsa_ipc_close(on1));
+    FAILS_CHECKED(XSA_ERROR_INVALID_POINTER, xsa_ipc_close(base), "already closed");
     assert_int_equal(usage().mapped_bytes, mapped - 4 * 2 * MiB);
     xsa_free_buffer(s.bytes), xsa_free_buffer(again.bytes), xsa_free_buffer(other.bytes);
-    OK(xsa_free(blk));
-    OK(xsa_free(pad));
+    OK_CHECKED(xsa_free(blk));
+    OK_CHECKED(xsa_free(pad));
 }
 
 /* Nothing is pinned: a shared block freed goes back to the cache at once,
@@ -151,23 +148,23 @@ static void test_share_and_open_here(void **state) {
  * bytes are stale from then on. */
 static void test_nothing_pinned_and_stale_after_release(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     int before = xsa_fixture_open_fds();
     void *blk = alloc(4 * MiB);
     assert_int_equal(xsa_fixture_open_fds(), before + 2); /* the simulated driver's memfds of two handles */
     share s = share_of(blk);
     assert_int_equal(xsa_fixture_open_fds(), before + 2 + 3); /* their exports and the registry */
     void *base = NULL;
-    OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
-    OK(xsa_ipc_close(base));
-    OK(xsa_free(blk));
+    OK_CHECKED(xsa_ipc_open(s.bytes, s.len, 0, &base));
+    OK_CHECKED(xsa_ipc_close(base));
+    OK_CHECKED(xsa_free(blk));
     void *same = alloc(4 * MiB);
     assert_ptr_equal(same, blk); /* cached again at once */
-    OK(xsa_free(same));
-    OK(xsa_empty_cache());
+    OK_CHECKED(xsa_free(same));
+    OK_CHECKED(xsa_empty_cache());
     assert_int_equal(reserved(), 0);
     assert_int_equal(xsa_fixture_open_fds(), before);
-    FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "stale handle");
+    FAILS_CHECKED(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "stale handle");
     assert_null(base);
     xsa_free_buffer(s.bytes);
 }
@@ -176,13 +173,13 @@ static void test_nothing_pinned_and_stale_after_release(void **state) {
  * taken for the old one: the registry's ids differ. */
 static void test_reused_fd_numbers_are_stale(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     void *keep = alloc(2 * MiB), *blk = alloc(2 * MiB);
     share k = share_of(keep), s = share_of(blk); /* keep holds the registry open */
     int old_fd;
     memcpy(&old_fd, (char *)s.bytes + HEADER + CHUNK_FD, sizeof old_fd);
-    OK(xsa_free(blk));
-    OK(xsa_empty_cache());
+    OK_CHECKED(xsa_free(blk));
+    OK_CHECKED(xsa_empty_cache());
     void *next = alloc(2 * MiB);
     xsa_fixture_fill(next, 2 * MiB, 'N');
     share n = share_of(next);
@@ -190,13 +187,13 @@ static void test_reused_fd_numbers_are_stale(void **state) {
     memcpy(&new_fd, (char *)n.bytes + HEADER + CHUNK_FD, sizeof new_fd);
     assert_int_equal(new_fd, old_fd); /* the lowest free number again */
     void *base = NULL;
-    FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "stale handle");
-    OK(xsa_ipc_open(n.bytes, n.len, 0, &base));
+    FAILS_CHECKED(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "stale handle");
+    OK_CHECKED(xsa_ipc_open(n.bytes, n.len, 0, &base));
     assert_true(xsa_fixture_filled((char *)base + n.offset, 2 * MiB, 'N'));
-    OK(xsa_ipc_close(base));
+    OK_CHECKED(xsa_ipc_close(base));
     xsa_free_buffer(k.bytes), xsa_free_buffer(s.bytes), xsa_free_buffer(n.bytes);
-    OK(xsa_free(keep));
-    OK(xsa_free(next));
+    OK_CHECKED(xsa_free(keep));
+    OK_CHECKED(xsa_free(next));
 }
 
 /* Physical handles of several pages: the share covers the whole handles
@@ -204,8 +201,8 @@ static void test_reused_fd_numbers_are_stale(void **state) {
 static void test_multi_page_handles(void **state) {
     (void)state;
     /* Handles hold 1/8 of the headroom: 64 MiB x 1 / 8 = 4 pages. */
-    OK(xsa_init("ipc_handles:True,page_recycling_headroom:1"));
-    OK(xsa_free(alloc(64 * MiB)));
+    OK_CHECKED(xsa_init("ipc_handles:True,page_recycling_headroom:1"));
+    OK_CHECKED(xsa_free(alloc(64 * MiB)));
     void *pad = alloc(3 * MiB), *blk = alloc(10 * MiB); /* pages 1-6 of two 4-page handles */
     xsa_fixture_fill(blk, 10 * MiB, 'H');
     share s = share_of(blk), p = share_of(pad);
@@ -218,19 +215,19 @@ static void test_multi_page_handles(void **state) {
     assert_true(p.len == HEADER + CHUNK && memcmp(p.bytes, s.bytes, p.len - CHUNK) != 0); /* the first handle only */
     size_t mapped = usage().mapped_bytes;
     void *base = NULL, *pbase = NULL;
-    OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
+    OK_CHECKED(xsa_ipc_open(s.bytes, s.len, 0, &base));
     assert_int_equal(usage().mapped_bytes, mapped + 16 * MiB);
     assert_true(xsa_fixture_filled((char *)base + s.offset, 10 * MiB, 'H'));
     xsa_fixture_fill(pad, 3 * MiB, 'P');
-    OK(xsa_ipc_open(p.bytes, p.len, 0, &pbase));
+    OK_CHECKED(xsa_ipc_open(p.bytes, p.len, 0, &pbase));
     assert_true(xsa_fixture_filled((char *)pbase + p.offset, 3 * MiB, 'P') && xsa_fixture_filled((char *)base, 3 * MiB, 'P'));
     xsa_fixture_fill((char *)base + s.offset, 10 * MiB, 'I');
     assert_true(xsa_fixture_filled(blk, 10 * MiB, 'I'));
-    OK(xsa_ipc_close(pbase));
-    OK(xsa_ipc_close(base));
+    OK_CHECKED(xsa_ipc_close(pbase));
+    OK_CHECKED(xsa_ipc_close(base));
     xsa_free_buffer(s.bytes), xsa_free_buffer(p.bytes);
-    OK(xsa_free(blk));
-    OK(xsa_free(pad));
+    OK_CHECKED(xsa_free(blk));
+    OK_CHECKED(xsa_free(pad));
 }
 
 /* ---- threads ---- */
@@ -265,7 +262,7 @@ static void *share_loop(void *arg) {
 
 static void test_threads(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     common = alloc(2 * MiB);
     memset(common, 'C', 2 * MiB);
     pthread_t t[THREADS];
@@ -275,8 +272,8 @@ static void test_threads(void **state) {
         assert_int_equal(pthread_join(t[k], &why), 0);
         if (why) fail_msg("thread %zu: %s failed: %s", k, (const char *)why, xsa_last_error());
     }
-    INVARIANTS();
-    OK(xsa_free(common));
+    INVARIANTS(0);
+    OK_CHECKED(xsa_free(common));
 }
 
 /* ---- across fork ---- */
@@ -340,7 +337,7 @@ static void wait_ok(pid_t pid, int want) {
  * both writes, and frees and allocates as usual afterwards. */
 static void test_two_importers_across_fork(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     size_t size = 6 * MiB;
     void *pad = alloc(512 * KiB), *blk = alloc(size);
     memset(blk, 'A', size);
@@ -362,19 +359,19 @@ static void test_two_importers_across_fork(void **state) {
     }
     for (int k = 0; k < 2; k++) wait_ok(kids[k], CHILD_OK);
     assert_true(all(blk, size / 2, '0') && all((char *)blk + size / 2, size / 2, '1'));
-    OK(xsa_free(blk));
+    OK_CHECKED(xsa_free(blk));
     void *after = alloc(size);
     assert_ptr_equal(after, blk);
     xsa_free_buffer(s.bytes);
-    OK(xsa_free(after));
-    OK(xsa_free(pad));
+    OK_CHECKED(xsa_free(after));
+    OK_CHECKED(xsa_free(pad));
 }
 
 /* The exporter is another process: its share opens while it lives and is
  * stale once it has exited. */
 static void test_exporter_exits(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     int to_parent[2], to_child[2];
     assert_int_equal(pipe(to_parent), 0);
     assert_int_equal(pipe(to_child), 0);
@@ -398,15 +395,15 @@ static void test_exporter_exits(void **state) {
     assert_true(read_share(to_parent[0], &s));
     close(to_parent[0]);
     void *base = NULL;
-    OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
+    OK_CHECKED(xsa_ipc_open(s.bytes, s.len, 0, &base));
     assert_true(xsa_fixture_filled((char *)base + s.offset, 3 * MiB, 'E'));
     assert_int_equal(write(to_child[1], "x", 1), 1);
     close(to_child[1]);
     wait_ok(pid, 0);
     /* The memory stays while this process has it open. */
     assert_true(xsa_fixture_filled((char *)base + s.offset, 3 * MiB, 'E'));
-    OK(xsa_ipc_close(base));
-    FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "has exited");
+    OK_CHECKED(xsa_ipc_close(base));
+    FAILS_CHECKED(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len, 0, &base), "has exited");
     free(s.bytes);
 }
 
@@ -414,18 +411,18 @@ static void test_exporter_exits(void **state) {
 
 static void test_kernel_refusals_named(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     void *blk = alloc(2 * MiB);
     share s = share_of(blk);
     void *base = NULL;
     int fds = xsa_fixture_open_fds();
     xsa_sim_fail_call(XSA_DRV_process_get_fds, 1, XSA_CU_ERROR_NOT_PERMITTED);
-    FAILS(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_open(s.bytes, s.len, 0, &base), "EPERM");
+    FAILS_CHECKED(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_open(s.bytes, s.len, 0, &base), "EPERM");
     assert_non_null(strstr(said, "ptrace restrictions"));
     xsa_sim_fail_call(XSA_DRV_process_get_fds, 2, XSA_CU_ERROR_NOT_SUPPORTED); /* the handles' fds, after the registry */
-    FAILS(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_open(s.bytes, s.len, 0, &base), "Linux 5.6");
+    FAILS_CHECKED(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_open(s.bytes, s.len, 0, &base), "Linux 5.6");
     xsa_sim_fail_call(XSA_DRV_process_get_fds, 2, XSA_CU_ERROR_UNKNOWN);
-    FAILS(XSA_ERROR_DRIVER, xsa_ipc_open(s.bytes, s.len, 0, &base), "pidfd_getfd");
+    FAILS_CHECKED(XSA_ERROR_DRIVER, xsa_ipc_open(s.bytes, s.len, 0, &base), "pidfd_getfd");
     assert_int_equal(xsa_fixture_open_fds(), fds);
     assert_null(base);
     /* A real refusal: another user may not take root's fds. */
@@ -448,7 +445,7 @@ static void test_kernel_refusals_named(void **state) {
         wait_ok(pid, CHILD_REFUSED);
     }
     xsa_free_buffer(s.bytes);
-    OK(xsa_free(blk));
+    OK_CHECKED(xsa_free(blk));
 }
 
 /* ---- bad bytes, IPC off ---- */
@@ -458,24 +455,24 @@ static void expect_bad(const share *s, size_t at, const void *value, size_t n, x
     memcpy(bad, s->bytes, s->len);
     memcpy(bad + at, value, n);
     void *base = (void *)1;
-    FAILS(want, xsa_ipc_open(bad, s->len, 0, &base), needle);
+    FAILS_CHECKED(want, xsa_ipc_open(bad, s->len, 0, &base), needle);
     assert_null(base);
     free(bad);
 }
 
 static void test_bad_bytes(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     void *blk = alloc(4 * MiB);
     share s = share_of(blk);
     void *base = NULL;
     size_t len;
-    FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_share(blk, NULL, &len, &len), "NULL");
-    FAILS(XSA_ERROR_INVALID_POINTER, xsa_ipc_share((char *)blk + 512, &base, &len, &len), "not a live allocation");
-    FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(NULL, 4, 0, &base), "NULL");
-    FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, 12, 0, &base), "too short");
-    FAILS(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len - 1, 0, &base), "length");
-    FAILS(XSA_ERROR_INVALID_DEVICE, xsa_ipc_open(s.bytes, s.len, 2, &base), "device 2");
+    FAILS_CHECKED(XSA_ERROR_INVALID_VALUE, xsa_ipc_share(blk, NULL, &len, &len), "NULL");
+    FAILS_CHECKED(XSA_ERROR_INVALID_POINTER, xsa_ipc_share((char *)blk + 512, &base, &len, &len), "not a live allocation");
+    FAILS_CHECKED(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(NULL, 4, 0, &base), "NULL");
+    FAILS_CHECKED(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, 12, 0, &base), "too short");
+    FAILS_CHECKED(XSA_ERROR_INVALID_VALUE, xsa_ipc_open(s.bytes, s.len - 1, 0, &base), "length");
+    FAILS_CHECKED(XSA_ERROR_INVALID_DEVICE, xsa_ipc_open(s.bytes, s.len, 2, &base), "device 2");
     uint32_t zero = 0;
     uint64_t other_id = 12345;
     int32_t closed_fd = 999, negative = -1;
@@ -485,23 +482,23 @@ static void test_bad_bytes(void **state) {
     expect_bad(&s, HEADER + CHUNK + CHUNK_ID, &other_id, sizeof other_id, XSA_ERROR_INVALID_VALUE, "stale handle");
     expect_bad(&s, HEADER + CHUNK_FD, &closed_fd, sizeof closed_fd, XSA_ERROR_INVALID_VALUE, "stale handle");
     xsa_free_buffer(s.bytes);
-    OK(xsa_free(blk));
+    OK_CHECKED(xsa_free(blk));
 }
 
 static void test_share_refused_without_ipc(void **state) {
     (void)state;
-    OK(xsa_init(NULL));
+    OK_CHECKED(xsa_init(NULL));
     void *blk = alloc(4 * MiB), *bytes = NULL;
     size_t len, offset;
-    FAILS(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_share(blk, &bytes, &len, &offset),
+    FAILS_CHECKED(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_share(blk, &bytes, &len, &offset),
           "set ipc_handles:True in XSALLOC_CONF");
     assert_null(bytes);
-    OK(xsa_free(blk));
+    OK_CHECKED(xsa_free(blk));
     xsa_shutdown();
-    OK(xsa_init("expandable_segments:False"));
+    OK_CHECKED(xsa_init("expandable_segments:False"));
     blk = alloc(4 * MiB);
-    FAILS(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_share(blk, &bytes, &len, &offset), "classic cuMemAlloc segment");
-    OK(xsa_free(blk));
+    FAILS_CHECKED(XSA_ERROR_NOT_SUPPORTED, xsa_ipc_share(blk, &bytes, &len, &offset), "classic cuMemAlloc segment");
+    OK_CHECKED(xsa_free(blk));
 }
 
 /* ---- failures part-way ---- */
@@ -510,7 +507,7 @@ static void test_share_refused_without_ipc(void **state) {
  * behind; a close that fails keeps the import, and closing again works. */
 static void test_failures_leave_nothing(void **state) {
     (void)state;
-    OK(xsa_init("ipc_handles:True"));
+    OK_CHECKED(xsa_init("ipc_handles:True"));
     void *blk = alloc(6 * MiB);
     xsa_fixture_fill(blk, 6 * MiB, 'F');
     share s = share_of(blk);
@@ -529,20 +526,20 @@ static void test_failures_leave_nothing(void **state) {
         xsa_sim_usage u = usage();
         assert_true(u.handles == u0.handles && u.mapped_bytes == u0.mapped_bytes && u.reservations == u0.reservations);
         assert_int_equal(xsa_fixture_open_fds(), fds);
-        INVARIANTS();
+        INVARIANTS(0);
     }
     void *base = NULL;
-    OK(xsa_ipc_open(s.bytes, s.len, 0, &base));
+    OK_CHECKED(xsa_ipc_open(s.bytes, s.len, 0, &base));
     xsa_sim_fail_call(XSA_DRV_mem_address_free, 1, XSA_CU_ERROR_UNKNOWN);
-    FAILS(XSA_ERROR_DRIVER, xsa_ipc_close(base), "close again");
+    FAILS_CHECKED(XSA_ERROR_DRIVER, xsa_ipc_close(base), "close again");
     void *fresh = NULL; /* not the half-closed one */
-    OK(xsa_ipc_open(s.bytes, s.len, 0, &fresh));
+    OK_CHECKED(xsa_ipc_open(s.bytes, s.len, 0, &fresh));
     assert_true(fresh != base && xsa_fixture_filled((char *)fresh + s.offset, 6 * MiB, 'F'));
-    OK(xsa_ipc_close(fresh));
-    OK(xsa_ipc_close(base));
+    OK_CHECKED(xsa_ipc_close(fresh));
+    OK_CHECKED(xsa_ipc_close(base));
     assert_int_equal(usage().reservations, u0.reservations);
     xsa_free_buffer(s.bytes);
-    OK(xsa_free(blk));
+    OK_CHECKED(xsa_free(blk));
 }
 
 int main(void) {

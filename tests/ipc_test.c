@@ -63,22 +63,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define OK(call)                                                                 \
-    do {                                                                         \
-        xsa_status st_ = (call);                                                 \
-        if (st_ != XSA_SUCCESS) fail_msg("%s: %s", #call, xsa_last_error());     \
-    } while (0)
-#define FAILS(status, call, needle)                                                              \
-    do {                                                                                         \
-        xsa_status st_ = (call);                                                                 \
-        if (st_ != (status) || !strstr(xsa_last_error(), needle))                               \
-            fail_msg("%s gave %s \"%s\", want %s with \"%s\"", #call, xsa_status_name(st_),      \
-                     xsa_last_error(), #status, needle);                                         \
-    } while (0)
-#define INVARIANTS(dev)                                                                 \
-    do {                                                                                \
-        if (xsa_check_invariants(dev) != XSA_SUCCESS) fail_msg("%s", xsa_last_error()); \
-    } while (0)
 
 static void *alloc(size_t size, int device, void *stream) {
     void *p = NULL;

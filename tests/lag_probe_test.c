@@ -26,7 +26,6 @@
 #include "vmm/sim.h"
 
 #define GiB ((size_t)1 << 30)
-#define OK(call) assert_int_equal((call), XSA_SUCCESS)
 #define S1 ((void *)0x1001)
 #define S2 ((void *)0x1002)
 

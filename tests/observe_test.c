@@ -26,7 +26,6 @@
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
-#define OK(call) assert_int_equal((call), XSA_SUCCESS)
 #define S1 ((void *)0x1001) /* stream 1 of a replay on the simulated driver */
 #define S2 ((void *)0x1002)
 

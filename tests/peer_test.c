@@ -53,15 +53,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define OK(call)                                                                 \
-    do {                                                                         \
-        xsa_status st_ = (call);                                                 \
-        if (st_ != XSA_SUCCESS) fail_msg("%s: %s", #call, xsa_last_error());     \
-    } while (0)
-#define INVARIANTS(dev)                                                                 \
-    do {                                                                                \
-        if (xsa_check_invariants(dev) != XSA_SUCCESS) fail_msg("%s", xsa_last_error()); \
-    } while (0)
 
 static void *alloc(size_t size, int device, void *stream) {
     void *p = NULL;

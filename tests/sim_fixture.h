@@ -8,8 +8,31 @@
 #define XSA_TESTS_SIM_FIXTURE_H
 
 #include <stddef.h>
+#include <string.h>
 
+#include "api/xsalloc.h"
 #include "tests/sim_empty.h"
+
+/* The checks of the API-level tests (cmocka's fail_msg: include cmocka.h
+ * first). A call that must succeed; one that must fail with `status` and a
+ * last error containing `needle`; the invariant checker of device dev. Each
+ * failure names the call and xsalloc's last error. */
+#define OK(call)                                                             \
+    do {                                                                     \
+        xsa_status st_ = (call);                                             \
+        if (st_ != XSA_SUCCESS) fail_msg("%s: %s", #call, xsa_last_error()); \
+    } while (0)
+#define FAILS(status, call, needle)                                                         \
+    do {                                                                                    \
+        xsa_status st_ = (call);                                                            \
+        if (st_ != (status) || !strstr(xsa_last_error(), needle))                          \
+            fail_msg("%s gave %s \"%s\", want %s with \"%s\"", #call, xsa_status_name(st_), \
+                     xsa_last_error(), #status, needle);                                    \
+    } while (0)
+#define INVARIANTS(dev)                                                                             \
+    do {                                                                                            \
+        if (xsa_check_invariants(dev) != XSA_SUCCESS) fail_msg("device %d: %s", dev, xsa_last_error()); \
+    } while (0)
 
 /* xsa_shutdown, then the simulated driver with `devices` devices of
  * `capacity` bytes (other settings default) chosen for the next init, with

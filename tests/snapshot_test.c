@@ -27,7 +27,6 @@
 #include "vmm/sim.h"
 
 #define MiB ((size_t)1 << 20)
-#define OK(call) assert_int_equal((call), XSA_SUCCESS)
 
 static const char *tmpdir(void) {
     const char *dir = getenv("TEST_TMPDIR");

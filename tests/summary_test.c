@@ -23,7 +23,6 @@
 #include "vmm/sim.h"
 
 #define MiB ((size_t)1 << 20)
-#define OK(call) assert_int_equal((call), XSA_SUCCESS)
 
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
