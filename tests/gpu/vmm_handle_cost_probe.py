@@ -24,7 +24,7 @@ import statistics
 import time
 
 import torch
-from vmm_sync_probe import check, cu, matmul_batch, page_calls, reserve
+from vmm_sync_probe import check, cu, interleaved, matmul_batch, page_calls, reserve
 
 GROUP = 10  # pages a group
 
@@ -129,12 +129,7 @@ def main():
                 check(cu.cuMemRelease(h), "release")
         return cpu_ms, busy, state.get("refused")
 
-    rows = {k: [] for k in kinds}
-    for r in range(args.rounds + 1):
-        for kind in kinds:
-            res = one_round(kind)
-            if r:  # round 0 warms every path up
-                rows[kind].append(res)
+    rows = interleaved(kinds, args.rounds, one_round)
     print(f"device {torch.cuda.get_device_name()}; {mms} matmuls of 4096^2 bf16 queued a round; {n} groups of "
           f"{GROUP} pages of {page >> 20} MiB a round; medians of {args.rounds} interleaved rounds")
     print(f"{'kind':48s} {'CPU us/group':>12s} {'CPU us/page':>11s}  calls ended first  refused")

@@ -20,7 +20,7 @@ import threading
 import time
 
 import torch
-from vmm_sync_probe import check, cu, matmul_batch, page_calls, reserve
+from vmm_sync_probe import check, cu, interleaved, matmul_batch, page_calls, reserve
 
 GRANT_EVERY = 10
 
@@ -89,13 +89,7 @@ def main():
             check(cu.cuMemRelease(h), "release")
         return grow_s, shrink_s, busy
 
-    counts = (1, 2, 4, 8)
-    rows = {t: [] for t in counts}
-    for r in range(args.rounds + 1):
-        for t in counts:
-            res = one_round(t)
-            if r:
-                rows[t].append(res)
+    rows = interleaved((1, 2, 4, 8), args.rounds, one_round)
     print(f"device {torch.cuda.get_device_name()}; {n} one-page handles of {page >> 20} MiB a batch, one grant per "
           f"{GRANT_EVERY} pages; {mms} matmuls queued a round; medians of {args.rounds} interleaved rounds")
     print(f"{'threads':>7s} {'grow ms':>8s} {'us/page':>8s} {'unmap ms':>9s} {'us/page':>8s}  calls ended first")

@@ -22,7 +22,7 @@ import statistics
 import time
 
 import torch
-from vmm_sync_probe import check, cu, matmul_batch, page_calls, reserve
+from vmm_sync_probe import check, cu, interleaved, matmul_batch, page_calls, reserve
 
 
 def main():
@@ -108,12 +108,7 @@ def main():
             check(cu.cuMemRelease(h), "release")
         return start.elapsed_time(end), cpu_ms, busy
 
-    rows = {k: [] for k in kinds}
-    for r in range(args.rounds + 1):
-        for kind in kinds:
-            res = one_round(kind)
-            if r:  # round 0 warms every path up
-                rows[kind].append(res)
+    rows = interleaved(kinds, args.rounds, one_round)
     base_ms = statistics.median(g for g, _, _ in rows["none"])
     print(f"device {torch.cuda.get_device_name()}; {mms} matmuls of 4096^2 bf16 a round ({base_ms:.0f} ms of GPU "
           f"work without calls); {n} items (calls, or create+map+access groups) a round; medians of {args.rounds} interleaved rounds")

@@ -74,6 +74,18 @@ def matmul_batch(seconds=1.0):
     return a, b, c, max(100, int(seconds / ((time.perf_counter() - t0) / 50)))
 
 
+def interleaved(kinds, rounds, one_round):
+    """{kind: [one_round(kind) of each round]}: every kind once a round, rounds + 1 rounds, the first
+    only warming every path up."""
+    rows = {k: [] for k in kinds}
+    for r in range(rounds + 1):
+        for kind in kinds:
+            res = one_round(kind)
+            if r:
+                rows[kind].append(res)
+    return rows
+
+
 def page_calls(prop, access, page, base):
     """(addr, create, map_at, grant, unmap) over a reservation made by reserve(): page k's address; a
     handle of n pages; mapping a handle at page k (at an offset into it, which the driver may refuse);
