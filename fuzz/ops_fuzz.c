@@ -7,7 +7,8 @@
  * recycling, classic, classic with oversize blocks and garbage collection,
  * expandable with IPC handles); then each operation is an opcode byte
  * followed by argument bytes: malloc (size on a log scale, stream, slot),
- * free, record_stream, sharing a block as bytes and opening them here,
+ * free, record_stream, sharing a block as bytes and opening them here
+ * (and granting device 1 access to device 0's memory while it is open),
  * empty_cache, completing simulated streams, a memory fraction, arming
  * a driver fault (entry point, which of its next calls; the first such
  * operation of an input only), beginning or ending the routing of a
@@ -160,8 +161,10 @@ static void checkpoint_op(int i, bool take) {
 }
 
 /* Shares a slot's block as bytes, opens them in this process (as another
- * process would), checks the data through the opened mapping and closes it. */
-static void share_and_open(const slot *s) {
+ * process would), checks the data through the opened mapping and closes it;
+ * with `peer`, grants device 1 access to device 0's memory while it is open,
+ * which must reach the opened mapping too. */
+static void share_and_open(const slot *s, bool peer) {
     if (!s->ptr) return;
     void *bytes = NULL, *base = NULL;
     size_t len = 0, offset = 0;
@@ -176,6 +179,11 @@ static void share_and_open(const slot *s) {
     if (st != XSA_SUCCESS) return;
     const uint8_t *b = (const uint8_t *)base + offset;
     check(b[0] == s->fill && b[s->size - 1] == s->fill, "the opened share shows other data");
+    if (peer) {
+        st = xsa_enable_peer_access(0, 1);
+        check(st == XSA_SUCCESS || (fault_armed && st == XSA_ERROR_DRIVER), "enable_peer_access");
+        check(st != XSA_SUCCESS || (xsa_sim_page_access((uintptr_t)base) & 2u), "an open share not granted to a peer");
+    }
     st = xsa_ipc_close(base);
     check(st == XSA_SUCCESS || (fault_armed && st == XSA_ERROR_DRIVER), "ipc_close");
 }
@@ -189,7 +197,7 @@ static void run_op(input *in) {
     case 3: {
         slot *s = &slots[next(in) % SLOTS];
         if (op & 0x80)
-            share_and_open(s);
+            share_and_open(s, op & 0x40);
         else if (s->ptr)
             check(xsa_record_stream(s->ptr, stream_of(next(in))) == XSA_SUCCESS, "record_stream failed");
         break;
@@ -256,6 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     xsa_sim_config c;
     xsa_sim_default_config(&c);
     c.capacity = CAPACITY;
+    c.devices = 2; /* device 1 may be granted access to device 0's memory */
     check(xsa_sim_configure(&c) == XSA_CU_SUCCESS, "the simulated driver still holds resources");
     check(xsa_use_driver("sim") == XSA_SUCCESS, "use_driver");
     check(xsa_init(confs[next(&in) % 5]) == XSA_SUCCESS, "init");
