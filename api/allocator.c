@@ -252,6 +252,8 @@ static inline xsa_status lock_pool(int device, xsa_pool **out) {
 
 static void unlock_pool(int device) { xsa_device_lock_release(&g.slot[device].lock); }
 
+xsa_status xsa_api_check_device(const char *fn, int device) { return check_device(fn, device); }
+
 xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool) {
     xsa_status st = check_device(fn, device);
     if (st != XSA_SUCCESS) return st;

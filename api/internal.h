@@ -16,7 +16,11 @@
 /* The driver table in use (initialises if needed); NULL if none. */
 xsa_driver *xsa_active_driver(void);
 
-/* For the api/ files beside allocator.c. Locks `device` (initialising and
+/* For the api/ files beside allocator.c. XSA_SUCCESS if xsalloc is
+ * initialised (initialising it if need be) and `device` exists, else the
+ * error, naming `fn`. */
+xsa_status xsa_api_check_device(const char *fn, int device);
+/* Locks `device` (initialising and
  * checking it; `fn` names the caller in errors) and gives its pool: created
  * on first use when `create`, else NULL if it does not exist yet. On success
  * the lock is held until xsa_api_unlock(device). */

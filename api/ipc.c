@@ -179,14 +179,6 @@ static xsa_status map_import(const char *fn, size_t pages, size_t page_size, con
     return st;
 }
 
-static xsa_status check_device(const char *fn, int device) {
-    int count = 0;
-    xsa_status st = xsa_device_count(&count);
-    if (st == XSA_SUCCESS && (device < 0 || device >= count))
-        st = xsa_fail(XSA_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", fn, device, count);
-    return st;
-}
-
 static void link_import(import *im) {
     im->next = imports;
     imports = im;
@@ -198,7 +190,7 @@ xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr) 
     const char *why = malformed(handle);
     if (!why) why = missing_fd(handle);
     if (why) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_import: bad handle: %s", why);
-    xsa_status st = check_device("xsa_ipc_import", device);
+    xsa_status st = xsa_api_check_device("xsa_ipc_import", device);
     if (st != XSA_SUCCESS) return st;
     import *im = calloc(1, sizeof *im);
     if (!im) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_ipc_import: out of host memory");
@@ -263,7 +255,7 @@ static xsa_status open_share(const void *bytes, size_t len, int device, import *
 xsa_status xsa_ipc_open(const void *bytes, size_t len, int device, void **base) {
     if (!bytes || !base) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_ipc_open: bytes or base is NULL");
     *base = NULL;
-    xsa_status st = check_device("xsa_ipc_open", device);
+    xsa_status st = xsa_api_check_device("xsa_ipc_open", device);
     if (st != XSA_SUCCESS) return st;
     /* Held while mapping, so that two threads opening one share map it once. */
     pthread_mutex_lock(&imports_lock);
@@ -289,18 +281,21 @@ xsa_status xsa_ipc_grant_peer(int device, int peer) {
     return st;
 }
 
+/* Frees an import's record (its mapping is gone or left to the driver). */
+static void forget_import(import *im) {
+    if (im->state) xsa_ipc_state_unmap(im->state);
+    free(im->key);
+    free(im);
+}
+
 /* Unmaps an import and frees its record; on a driver error nothing but
  * some of its mapping is gone, and it can be closed again. */
 static xsa_cu_result close_import(import *im) {
     xsa_cu_result r = xsa_segment_destroy(&im->seg);
     if (r != XSA_CU_SUCCESS) return r;
-    if (im->state) {
-        /* After the unmap: the exporter may reuse the pages once it reads this. */
-        xsa_ipc_state_move(im->state, XSA_IPC_IMPORTED, XSA_IPC_CLOSED);
-        xsa_ipc_state_unmap(im->state);
-    }
-    free(im->key);
-    free(im);
+    /* After the unmap: the exporter may reuse the pages once it reads this. */
+    if (im->state) xsa_ipc_state_move(im->state, XSA_IPC_IMPORTED, XSA_IPC_CLOSED);
+    forget_import(im);
     return XSA_CU_SUCCESS;
 }
 
@@ -332,11 +327,7 @@ void xsa_ipc_close_all(void) {
     pthread_mutex_unlock(&imports_lock);
     while (all) {
         import *next = all->next;
-        if (close_import(all) != XSA_CU_SUCCESS) { /* the driver keeps it; forget the record */
-            if (all->state) xsa_ipc_state_unmap(all->state);
-            free(all->key);
-            free(all);
-        }
+        if (close_import(all) != XSA_CU_SUCCESS) forget_import(all); /* the driver keeps it */
         all = next;
     }
 }
