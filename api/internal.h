@@ -20,10 +20,10 @@ xsa_driver *xsa_active_driver(void);
  * initialised (initialising it if need be) and `device` exists, else the
  * error, naming `fn`. */
 xsa_status xsa_api_check_device(const char *fn, int device);
-/* Locks `device` (initialising and
- * checking it; `fn` names the caller in errors) and gives its pool: created
- * on first use when `create`, else NULL if it does not exist yet. On success
- * the lock is held until xsa_api_unlock(device). */
+/* Locks `device` (initialising and checking it; `fn` names the caller in
+ * errors) and gives its pool: created on first use when `create`, else
+ * NULL if it does not exist yet. On success the lock is held until
+ * xsa_api_unlock(device). */
 xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool);
 void xsa_api_unlock(int device);
 /* The configuration in use (initialised). */
