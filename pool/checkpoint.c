@@ -226,7 +226,7 @@ static void free_unlisted(xsa_pool *p, const plan *pl, xsa_restore_delta *d) {
         XSA_OBSERVE(p, XSA_OBS_FREE_REQUESTED, kind, b->ptr, requested, size, stream);
         b->n_stream_uses = 0; /* synchronized in step 2 */
         xsa_pool_give_back(p, b);
-        if (!b->ipc_exports) xsa_pool_free_block(p, b); /* an exported one stays pinned, as after xsa_free */
+        xsa_pool_block_done(p, b); /* an exported one stays pinned, as after xsa_free */
         XSA_OBSERVE(p, XSA_OBS_FREE_END, kind, (uintptr_t)d->freed[i], requested, size, stream);
     }
 }

@@ -313,8 +313,9 @@ int64_t xsa_pool_allocated_high(const xsa_pool *p);
 size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages);
 /* A new chunk holds at most 1/XSA_HEADROOM_PER_CHUNK of the headroom. */
 #define XSA_HEADROOM_PER_CHUNK 8.0
-/* The most pages of any chunk the pool creates (expandable_handle_mb), and the pages of each new chunk of a growth for a request of
- * `size` bytes (the handle-size rule, design in recycle.c). */
+/* The most pages of any chunk the pool creates (expandable_handle_mb),
+ * and the pages of each new chunk of a growth for a request of `size`
+ * bytes (the handle-size rule, design in recycle.c). */
 size_t xsa_recycle_max_chunk_pages(const xsa_pool *p);
 size_t xsa_recycle_new_chunk_pages(const xsa_pool *p, size_t size);
 /* Moves whole free chunks of the pool's expandable segments (never from
