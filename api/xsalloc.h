@@ -170,7 +170,9 @@ XSA_API xsa_status xsa_mempool_create(int device, xsa_mempool_id id);
  * is freed (at the next xsa_empty_cache if that block still waited for
  * record_stream events), and what is free at each xsa_empty_cache; the id
  * is forgotten once the pool holds no memory. Live blocks stay valid until
- * freed. A driver error while memory goes back is returned; the use is
+ * freed. A block of the released pool freed during a capture may be used
+ * by that graph's replays: the pools capturing then keep the released
+ * pool's memory until they are released themselves. A driver error while memory goes back is returned; the use is
  * dropped all the same (xsa_empty_cache tries again).
  * XSA_ERROR_INVALID_VALUE if the pool does not exist or is released. */
 XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);

@@ -41,6 +41,13 @@ xsa_pool_status xsa_pool_mempool_create(xsa_pool *p, xsa_mempool_id id, char *er
     return XSA_POOL_OK;
 }
 
+/* A pool that a released one kept gives its memory back if nothing else
+ * keeps it (a driver error leaves it to empty_cache, as a free does). */
+static void release_kept(xsa_pool *p, xsa_mempool *kept) {
+    char ignored[256];
+    xsa_release_mempool(p, kept, ignored, sizeof ignored);
+}
+
 xsa_pool_status xsa_pool_mempool_release(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen) {
     const char *what = "xsa_mempool_release";
     if (!is_private(id)) return invalid(p, what, id, "(0, 0) is the device's own cache", err, errlen);
@@ -50,6 +57,7 @@ xsa_pool_status xsa_pool_mempool_release(xsa_pool *p, xsa_mempool_id id, char *e
     if (mp->use_count == 1 && xsa_mempool_route_index(p, mp) >= 0)
         return invalid(p, what, id, "its last use is a routing: end it first (xsa_end_allocate_to_pool)", err, errlen);
     mp->use_count--;
+    if (xsa_mempool_released(mp)) xsa_mempool_drop_kept(p, mp, release_kept);
     return xsa_release_mempool(p, mp, err, errlen);
 }
 

@@ -208,6 +208,33 @@ static int check_mempool(const xsa_pool *p, const xsa_mempool *mp, recount *c, c
     return 1;
 }
 
+/* A pool's holds are the kept lists naming it; a pool is kept by other
+ * listed pools, once by each, and keeps nothing once released. */
+static int check_holds(const xsa_pool *p, char *err, size_t n) {
+    for (const xsa_mempool *mp = p->mempools; mp; mp = mp->next) {
+        int holds = 0;
+        for (const xsa_mempool *q = p->mempools; q; q = q->next)
+            for (size_t i = 0; i < q->n_kept; i++) holds += q->kept[i] == mp;
+        unsigned long long a = mp->id.first, b = mp->id.second;
+        if (holds != mp->holds)
+            return xsa_check_fail(err, n, "memory pool (%llu, %llu): %d holds, kept by %d", a, b, mp->holds, holds);
+        if (mp->n_kept > mp->cap_kept || (mp->n_kept && xsa_mempool_released(mp)))
+            return xsa_check_fail(err, n, "memory pool (%llu, %llu): released, yet keeps %zu", a, b, mp->n_kept);
+        for (size_t i = 0; i < mp->n_kept; i++) {
+            const xsa_mempool *kept = mp->kept[i];
+            bool listed = false;
+            for (const xsa_mempool *q = p->mempools; q; q = q->next) listed |= q == kept;
+            if (!listed || kept == mp)
+                return xsa_check_fail(err, n, "memory pool (%llu, %llu) keeps itself or an unlisted one", a, b);
+            for (size_t j = i + 1; j < mp->n_kept; j++)
+                if (mp->kept[j] == kept) return xsa_check_fail(err, n, "memory pool (%llu, %llu) keeps one twice", a, b);
+        }
+    }
+    return p->global.holds == 0 && p->global.n_kept == 0
+               ? 1
+               : xsa_check_fail(err, n, "the global memory pool keeps or is kept");
+}
+
 /* Every segment's memory pool is listed, ids are distinct and private,
  * routings name distinct pools in use, the capture count and the deferred
  * frees agree with them. */
@@ -227,6 +254,7 @@ static int check_mempools(const xsa_pool *p, recount *c, char *err, size_t n) {
     size_t segments = 0;
     for (const xsa_seg *s = p->segments; s; s = s->next_seg) segments++;
     if (in_segments != segments) return xsa_check_fail(err, n, "%zu segments, %zu in listed memory pools", segments, in_segments);
+    if (!check_holds(p, err, n)) return 0;
     int capturing = 0;
     for (int i = 0; i < p->n_routes; i++) {
         const xsa_mempool *mp = p->routes[i].mp;

@@ -33,6 +33,7 @@ xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id) {
 
 static void free_record(xsa_mempool *mp) {
     for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&mp->free[k]);
+    free(mp->kept);
     free(mp);
 }
 
@@ -85,6 +86,39 @@ void xsa_mempool_remove_route(xsa_pool *p, int i) {
     if (p->routes[i].capture) p->capturing--;
     for (int j = i + 1; j < p->n_routes; j++) p->routes[j - 1] = p->routes[j];
     p->n_routes--;
+}
+
+/* q keeps mp (once); false if out of host memory. */
+static bool keep_by(xsa_mempool *q, xsa_mempool *mp) {
+    for (size_t i = 0; i < q->n_kept; i++)
+        if (q->kept[i] == mp) return true;
+    if (q->n_kept == q->cap_kept) {
+        size_t cap = q->cap_kept ? 2 * q->cap_kept : 4;
+        xsa_mempool **grown = realloc(q->kept, cap * sizeof *grown);
+        if (!grown) return false;
+        q->kept = grown;
+        q->cap_kept = cap;
+    }
+    q->kept[q->n_kept++] = mp;
+    mp->holds++;
+    return true;
+}
+
+bool xsa_mempool_keep(xsa_pool *p, xsa_mempool *mp) {
+    for (int i = 0; i < p->n_routes; i++)
+        if (p->routes[i].capture && !keep_by(p->routes[i].mp, mp)) return false;
+    return true;
+}
+
+void xsa_mempool_drop_kept(xsa_pool *p, xsa_mempool *mp, void (*release)(xsa_pool *p, xsa_mempool *kept)) {
+    xsa_mempool **kept = mp->kept;
+    size_t n = mp->n_kept;
+    mp->kept = NULL;
+    mp->n_kept = mp->cap_kept = 0;
+    for (size_t i = 0; i < n; i++) kept[i]->holds--;
+    /* Released after every hold is dropped: a release may delete a record. */
+    for (size_t i = 0; i < n && release; i++) release(p, kept[i]);
+    free(kept);
 }
 
 bool xsa_mempool_defer(xsa_pool *p, xsa_block *b) {

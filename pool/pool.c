@@ -396,17 +396,26 @@ static __attribute__((noinline, cold)) void free_released(xsa_pool *p, xsa_mempo
     if (!p->capturing && !xsa_mempool_in_use(p, mp)) xsa_release_mempool(p, mp, ignored, sizeof ignored);
 }
 
+/* Before a block of released pool mp is freed during a capture: the
+ * capturing pools keep mp's memory (release.c says why). */
+static __attribute__((noinline, cold)) xsa_pool_status keep_released(xsa_pool *p, xsa_mempool *mp, char *err,
+                                                                    size_t errlen) {
+    if (xsa_mempool_keep(p, mp)) return XSA_POOL_OK;
+    snprintf(err, errlen, "device %d: out of host memory", p->device);
+    return XSA_POOL_HOST_OOM;
+}
+
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
     xsa_block *b = xsa_ptr_map_remove(&p->allocated, (uintptr_t)ptr);
     if (!b) return bad_pointer(p, "xsa_free", ptr, err, errlen);
-    if (b->n_stream_uses > 0) {
-        xsa_pool_status st = wait_for_uses(p, b, err, errlen);
-        if (st != XSA_POOL_OK) {
-            xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b); /* still allocated; its slot was just freed */
-            return st;
-        }
-    }
     xsa_mempool *mp = b->seg->mp;
+    xsa_pool_status st = XSA_POOL_OK;
+    if (__builtin_expect(xsa_mempool_released(mp), 0) && p->capturing) st = keep_released(p, mp, err, errlen);
+    if (st == XSA_POOL_OK && b->n_stream_uses > 0) st = wait_for_uses(p, b, err, errlen);
+    if (st != XSA_POOL_OK) {
+        xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b); /* still allocated; its slot was just freed */
+        return st;
+    }
     xsa_pool_kind kind = b->seg->kind;
     size_t size = b->size, requested = b->requested; /* b may merge away below */
     xsa_stream stream = b->stream;

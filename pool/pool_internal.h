@@ -37,8 +37,14 @@
 typedef struct xsa_mempool {
     xsa_mempool_id id;
     int use_count;             /* creates and begins, less releases; 0: released (global: always 1) */
+    int holds;                 /* pools in use that keep this released one's memory (`kept`) */
     size_t segments;           /* its segments */
     xsa_free_set free[XSA_POOL_KINDS];
+    /* Released pools a block of which was freed while this pool captured:
+     * the graph may use that memory at every replay, so they keep it until
+     * this pool is released too (mempool.c). */
+    struct xsa_mempool **kept;
+    size_t n_kept, cap_kept;
     struct xsa_mempool *next;
 } xsa_mempool;
 
@@ -268,6 +274,13 @@ int xsa_mempool_route_index(const xsa_pool *p, const xsa_mempool *mp);
 /* Adds a route (false if out of host memory) / removes route i. */
 bool xsa_mempool_add_route(xsa_pool *p, xsa_mempool *mp, xsa_stream_filter filter, void *ctx, bool capture);
 void xsa_mempool_remove_route(xsa_pool *p, int i);
+/* Released memory pool mp had a block freed during a capture: every pool
+ * capturing now keeps mp's memory until it is released itself. False if
+ * out of host memory (the holds taken so far stay). */
+bool xsa_mempool_keep(xsa_pool *p, xsa_mempool *mp);
+/* Pool mp was released: it keeps no other pool's memory any more. The
+ * pools it kept are returned through release (may be NULL), one call each. */
+void xsa_mempool_drop_kept(xsa_pool *p, xsa_mempool *mp, void (*release)(xsa_pool *p, xsa_mempool *kept));
 /* Queues b (freed during capture, with uses on other streams) for its
  * events; false if out of host memory, b unchanged. */
 bool xsa_mempool_defer(xsa_pool *p, xsa_block *b);
@@ -275,8 +288,10 @@ bool xsa_mempool_defer(xsa_pool *p, xsa_block *b);
 void xsa_mempool_destroy_all(xsa_pool *p);
 
 static inline bool xsa_mempool_is_global(const xsa_pool *p, const xsa_mempool *mp) { return mp == &p->global; }
-/* Released (use_count 0): its free memory may go back to the device. */
+/* Released (use_count 0): no new use may route to it. */
 static inline bool xsa_mempool_released(const xsa_mempool *mp) { return mp->use_count == 0; }
+/* Released and kept by no pool in use: its free memory may go back to the device. */
+static inline bool xsa_mempool_freeable(const xsa_mempool *mp) { return mp->use_count == 0 && mp->holds == 0; }
 
 /* pages.c */
 /* Unmaps the whole pages inside free block b, splitting it around them. */

@@ -11,7 +11,11 @@
  * memory pool in use keeps every page (a captured graph replays over the
  * addresses of its freed blocks); a released one gives back its free
  * memory at empty_cache, and all of it once its last block is freed, and
- * its record goes with its last segment.
+ * its record goes with its last segment. A released pool's block freed
+ * during a capture may be written by that graph's replays (PyTorch's
+ * test_graph_capture_reset_recapture: a graph's output, outliving its
+ * pool, is rewritten by the next capture), so the pools capturing then
+ * keep the released pool's memory until they are released themselves.
  */
 #include "pool/pool_internal.h"
 
@@ -81,7 +85,7 @@ static xsa_pool_status release_mempool_free(xsa_pool *p, xsa_mempool *mp, char *
 }
 
 xsa_pool_status xsa_release_mempool(xsa_pool *p, xsa_mempool *mp, char *err, size_t errlen) {
-    if (p->capturing || !xsa_mempool_released(mp)) return XSA_POOL_OK;
+    if (p->capturing || !xsa_mempool_freeable(mp)) return XSA_POOL_OK;
     xsa_pool_status st = release_mempool_free(p, mp, err, errlen);
     if (mp->segments == 0) xsa_mempool_delete(p, mp);
     return st;

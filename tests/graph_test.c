@@ -492,6 +492,101 @@ static void test_release_of_empty_pool_returns_memory(void **state) {
     run_both(release_returns_memory);
 }
 
+/* Warms memory pool id up on S1 outside any capture (classic mode: a
+ * cuMemAlloc during a global capture invalidates it, as on the H100). */
+static void warm_up(xsa_pool *p, xsa_mempool_id id, bool expandable) {
+    if (expandable) return;
+    pool_begin(p, id, S1, false);
+    release(p, alloc(p, 4000, S1));
+    pool_end(p, id);
+}
+
+/* Captures on S1 into memory pool id: launches on *b (when launch_b) then
+ * ten times b = b + 1, each a new block of id, the old one freed inside
+ * the capture. Returns the instantiated graph; *b is the last block. */
+static xsa_graph_exec capture_chain(xsa_pool *p, xsa_mempool_id id, void **b, bool launch_b, xsa_graph *graph) {
+    assert_int_equal(XSA_DRV(drv, stream_begin_capture, S1), XSA_CU_SUCCESS);
+    pool_begin(p, id, S1, true);
+    if (launch_b) launch(S1, *b, 4000);
+    void *first = *b;
+    for (int i = 0; i < 10; i++) {
+        void *next = alloc(p, 4000, S1);
+        launch(S1, next, 4000);
+        if (*b != first || launch_b) release(p, *b);
+        *b = next;
+    }
+    xsa_graph_exec exec = NULL;
+    assert_int_equal(XSA_DRV(drv, stream_end_capture, S1, graph), XSA_CU_SUCCESS);
+    pool_end(p, id); /* after the capture, as torch's capture_end */
+    assert_int_equal(XSA_DRV(drv, graph_instantiate, &exec, *graph), XSA_CU_SUCCESS);
+    CHECK(p);
+    return exec;
+}
+
+static void replay(xsa_pool *p, xsa_graph_exec exec) {
+    assert_int_equal(XSA_DRV(drv, graph_launch, exec, S1), XSA_CU_SUCCESS);
+    xsa_sim_complete_all();
+    CHECK(p);
+    xsa_sim_violations v;
+    xsa_sim_get_violations(&v);
+    if (v.unmapped_in_use || v.bad_launches || v.races || v.failed_captures) fail_msg("replay: %s", v.first);
+}
+
+static void destroy_graph(xsa_graph_exec exec, xsa_graph graph) {
+    assert_int_equal(XSA_DRV(drv, graph_exec_destroy, exec), XSA_CU_SUCCESS);
+    assert_int_equal(XSA_DRV(drv, graph_destroy, graph), XSA_CU_SUCCESS);
+}
+
+/* PyTorch's test_graph_capture_reset_recapture: a graph's output b (a
+ * block of its pool G1) outlives g.reset(), which releases G1; the next
+ * capture, into G2, writes b and frees it (b = b + 2). The replay of the
+ * second graph writes b's memory, so freeing b during that capture must
+ * not give G1's memory back while G2 is in use (on the H100 it did, at
+ * the capture's end: an illegal address that poisoned the context). Once
+ * G2 is released too, both pools' memory goes back. */
+static void reset_recapture(bool expandable) {
+    xsa_pool *p = make_pool(256 * MiB, expandable, NULL);
+    void *a = alloc(p, 4000, S1);
+    launch(S1, a, 4000);
+    warm_up(p, G1, expandable);
+    warm_up(p, G2, expandable);
+    void *b = a;
+    xsa_graph graph = NULL;
+    xsa_graph_exec exec = capture_chain(p, G1, &b, false, &graph);
+    ASSERT_POOL(p, b, G1);
+    replay(p, exec);
+    destroy_graph(exec, graph); /* g.reset() */
+    pool_drop(p, G1);
+    if (!expandable) pool_drop(p, G1); /* the warm-up's use */
+    assert_true(held_by(p, G1) > 0);    /* b is live */
+    void *old_b = b;
+    exec = capture_chain(p, G2, &b, true, &graph);
+    ASSERT_POOL(p, b, G2);
+    xsa_sim_range r[16];
+    size_t n = xsa_sim_graph_exec_ranges(exec, r, 16);
+    bool writes_old_b = false;
+    for (size_t k = 0; k < n; k++) writes_old_b |= overlaps(&r[k], old_b, 4000);
+    assert_true(writes_old_b);
+    replay(p, exec);
+    replay(p, exec);
+    assert_true(held_by(p, G1) > 0); /* old b's memory, which the graph writes */
+    destroy_graph(exec, graph); /* g.reset(); del g */
+    release(p, b);
+    release(p, a);
+    pool_drop(p, G2);
+    if (!expandable) pool_drop(p, G2);
+    /* G2 released and empty: it and the pool it kept go back. */
+    assert_false(xsa_pool_mempool_exists(p, G1, NULL));
+    assert_false(xsa_pool_mempool_exists(p, G2, NULL));
+    assert_int_equal(held_by(p, G1) + held_by(p, G2), 0);
+    teardown(p);
+}
+
+static void test_pool_released_with_live_block_freed_in_next_capture(void **state) {
+    (void)state;
+    run_both(reset_recapture);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routing_by_filter),
@@ -504,6 +599,7 @@ int main(void) {
         cmocka_unit_test(test_no_page_moves_during_capture),
         cmocka_unit_test(test_captured_graph_replays_over_its_pool),
         cmocka_unit_test(test_release_of_empty_pool_returns_memory),
+        cmocka_unit_test(test_pool_released_with_live_block_freed_in_next_capture),
         cmocka_unit_test(test_capture_in_classic_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
