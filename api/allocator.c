@@ -28,7 +28,7 @@
 #include "api/ranges.h"
 #include "pool/pool.h"
 #include "vmm/share.h"
-#include "vmm/sim.h"
+#include "xsalloc/sim.h"
 
 typedef struct device_slot {
     xsa_device_lock lock;

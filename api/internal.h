@@ -7,9 +7,9 @@
 
 #include <stdbool.h>
 
-#include "api/xsalloc.h"
 #include "pool/pool.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
 #define XSA_MAX_DEVICES 64
 

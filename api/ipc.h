@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/xsalloc.h"
 #include "pool/pool.h"
+#include "xsalloc/xsalloc.h"
 
 /* Grants `peer` read/write on every import mapped for `device`
  * (xsa_enable_peer_access, after the device's pool granted it). */

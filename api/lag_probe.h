@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "api/xsalloc.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
 #define XSA_LAG_PROBE_EVERY 16     /* every 16th call records a probe */
 #define XSA_LAG_PROBE_SLOTS 64     /* pending probes (events) at most */

@@ -10,10 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/xsalloc.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
-/* xsa_action and xsa_history_entry are public (api/xsalloc.h). */
+/* xsa_action and xsa_history_entry are public (include/xsalloc/xsalloc.h). */
 
 /* PyTorch's name of an action ("alloc", "segment_map", ...); NULL for
  * record_stream, which PyTorch has not. */

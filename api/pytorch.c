@@ -14,7 +14,7 @@
  * driver, makes no driver call for it. xsa_torch_malloc and xsa_torch_free
  * also feed the lag probe (api/lag_probe.h), one untaken branch when off.
  */
-#include "api/pytorch.h"
+#include "xsalloc/pytorch.h"
 
 #include <stdio.h>
 

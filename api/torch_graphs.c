@@ -19,8 +19,8 @@
 #include <stdlib.h>
 
 #include "api/internal.h"
-#include "api/pytorch.h"
 #include "vmm/driver.h"
+#include "xsalloc/pytorch.h"
 
 typedef struct torch_route {
     int device;

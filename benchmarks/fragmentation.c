@@ -15,7 +15,7 @@
  *
  * Design: traces are found through Bazel's runfiles (they are `data` of this
  * binary) or the workspace (trace_files); each replay is a fresh xsalloc
- * instance (replay_lib), whose series CSV goes to a memory stream and is
+ * instance (trace/replay), whose series CSV goes to a memory stream and is
  * parsed back for the plot (svg_plot). GB = 1e9 bytes, as in the traces'
  * README.
  */
@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "benchmarks/replay_lib.h"
 #include "benchmarks/svg_plot.h"
-#include "benchmarks/trace.h"
 #include "benchmarks/trace_files.h"
+#include "trace/replay.h"
+#include "trace/trace.h"
 
 #define GB 1e9
 #define N_MODES 3
@@ -189,7 +189,7 @@ static void print_row(const char *trace, int mode, const run *rn) {
 static void print_footer(void) {
     printf("\n(*) cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess; cuMemAlloc/cuMemFree, during the event loop at lag 0.\n");
     printf("(**) The simulated driver's estimate of the CPU time the loop's driver calls would take on an H100 with kernels\n"
-           "queued (vmm/sim_cost.c: by call, and by handle mapping for cuMemSetAccess and cuMemUnmap), at lag 0; '-' where\n"
+           "queued (sim/cost.c: by call, and by handle mapping for cuMemSetAccess and cuMemUnmap), at lag 0; '-' where\n"
            "cuMemAlloc/cuMemFree were called (not in the model) or on the cuda driver.\n");
     printf("\nPyTorch figures: PyTorch 2.11's caching allocator replaying the same traces on an H100 "
            "(benchmarks/traces/README.md).\ncudaMallocAsync ran the workloads themselves at ratio");

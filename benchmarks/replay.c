@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "api/config.h"
-#include "benchmarks/replay_lib.h"
 #include "benchmarks/timing.h"
-#include "benchmarks/trace.h"
+#include "trace/replay.h"
+#include "trace/trace.h"
 
 #define LONG_TRACE 100000 /* events from which progress is printed */
 

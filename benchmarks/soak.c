@@ -7,7 +7,7 @@
  *   bazel run //benchmarks:soak -- [--driver sim|cuda] [--conf STR] [--passes N] [--gpu-lag N]
  *                                  [--out DIR] [--traces DIR]
  *
- * Design: one replay session (replay_lib) per trace: xsalloc is
+ * Design: one replay session (trace/replay) per trace: xsalloc is
  * initialised once, replays the trace --passes times (default 50; each
  * pass frees what the trace left live) and is shut down at the end. The
  * peak stats are reset between passes, so each pass's peaks are its own.
@@ -27,12 +27,12 @@
 #include <string.h>
 
 #include "api/config.h"
-#include "api/xsalloc.h"
-#include "benchmarks/replay_lib.h"
 #include "benchmarks/svg_plot.h"
-#include "benchmarks/trace.h"
 #include "benchmarks/trace_files.h"
+#include "trace/replay.h"
+#include "trace/trace.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
 #define GB 1e9
 #define MB 1e6

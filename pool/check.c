@@ -5,7 +5,7 @@
  * free sets, counts, routings and the capture's deferred frees) and the
  * stats. Slow (linear, times the memory pools), for tests.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <string.h>
 

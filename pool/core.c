@@ -6,7 +6,7 @@
  * malloc/free paths (pool.c) call it; it calls only the free sets,
  * memory pool records and block records below it.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  * fewest free bytes in partial pages (they can be neither recycled nor
  * released), then by best fit.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdio.h>
 #include <stdlib.h>

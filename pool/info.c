@@ -1,5 +1,5 @@
 /* pool/info: read-only queries and the memory fraction. */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 
 void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest) {

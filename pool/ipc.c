@@ -1,6 +1,6 @@
 /*
  * pool/ipc: the exporting side of IPC (protocol and lifetime rules in
- * api/xsalloc.h).
+ * include/xsalloc/xsalloc.h).
  *
  * Design: an export fills the public handle with one fd per physical handle
  * (chunk) under the block, whole (cuMemExportToShareableHandle), and a
@@ -19,7 +19,7 @@
  * open for each while it stays mapped (vmm/share.h), and the caller keeps
  * the block allocated for as long as importers may open it.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <errno.h>
 #include <stdatomic.h>

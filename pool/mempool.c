@@ -8,7 +8,7 @@
  * the free sets below them: releasing memory and recording events are the
  * policies' (release.c, capture.c).
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdlib.h>
 

@@ -6,7 +6,7 @@
  * destroying an empty segment. Unmapped ranges are blocks too (mapped ==
  * false, page aligned, in no free set). Calls only the core below it.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdio.h>
 

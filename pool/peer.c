@@ -9,7 +9,7 @@
  * which is a context-wide switch outside the allocator's driver table: they
  * are refused, with a sentence saying so.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdio.h>
 

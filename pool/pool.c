@@ -1,5 +1,5 @@
 /* pool: malloc, free and record_stream (design in pool.h). */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdio.h>
 #include <stdlib.h>

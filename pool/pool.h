@@ -26,7 +26,7 @@
  * until it ends, and a miss does not release the cache.
  *
  * Not thread safe: the caller (api/) holds the device's lock. The pool uses
- * the public stats struct of api/xsalloc.h as its type (no calls go back to
+ * the public stats struct of include/xsalloc/xsalloc.h as its type (no calls go back to
  * api/).
  */
 #ifndef XSA_POOL_POOL_H
@@ -36,10 +36,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/xsalloc.h"
 #include "pool/options.h"
 #include "pool/trace.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
 typedef enum {
     XSA_POOL_OK = 0,
@@ -100,7 +100,7 @@ xsa_pool_status xsa_pool_enable_peer(xsa_pool *p, int peer, char *err, size_t er
 int xsa_pool_peers(const xsa_pool *p, int *peers);
 
 /* IPC export of the live allocation at ptr; the protocol and the lifetime
- * of exported pages are in api/xsalloc.h. The block stays pinned (never
+ * of exported pages are in include/xsalloc/xsalloc.h. The block stays pinned (never
  * returned to the cache once freed) until the export is closed or revoked. */
 xsa_pool_status xsa_pool_ipc_export(xsa_pool *p, void *ptr, xsa_ipc_handle *out, char *err, size_t errlen);
 /* Ends a pending export that was not imported. */
@@ -125,11 +125,11 @@ typedef struct xsa_pool_share {
 } xsa_pool_share;
 
 /* Shares the live allocation at ptr with any number of importers (the
- * protocol is in api/xsalloc.h, xsa_ipc_share). Nothing is pinned: each
+ * protocol is in include/xsalloc/xsalloc.h, xsa_ipc_share). Nothing is pinned: each
  * handle's fd stays open while the handle stays mapped. */
 xsa_pool_status xsa_pool_ipc_share(xsa_pool *p, void *ptr, xsa_pool_share *out, char *err, size_t errlen);
 
-/* Memory pools (semantics in api/xsalloc.h, xsa_mempool_create and on).
+/* Memory pools (semantics in include/xsalloc/xsalloc.h, xsa_mempool_create and on).
  * Id {0, 0} (the global pool) is XSA_POOL_INVALID, and so are releasing
  * a pool that does not exist or is released, routing twice to one pool and
  * ending a routing that does not exist. begin's `capture` says that a
@@ -149,7 +149,7 @@ bool xsa_pool_capturing(const xsa_pool *p);
 /* Does memory pool id exist (released or not)? Its use count in *uses. */
 bool xsa_pool_mempool_exists(const xsa_pool *p, xsa_mempool_id id, int *uses);
 
-/* Checkpoints (pool/checkpoint.c; semantics in api/xsalloc.h,
+/* Checkpoints (pool/checkpoint.c; semantics in include/xsalloc/xsalloc.h,
  * xsa_mempool_checkpoint and xsa_mempool_restore): the live blocks of
  * memory pool id (*out malloc'd, NULL when *n is 0), and bringing the pool
  * back to such a set, all or nothing (*delta's arrays malloc'd). */
@@ -167,7 +167,7 @@ void xsa_pool_set_observer(xsa_pool *p, xsa_observer_fn fn, void *ctx);
 /* Snapshot: the segments as PyTorch reports them (a cuMemAlloc'd segment, or
  * one mapped run of an expandable segment), in address order, each with its
  * blocks in address order; and the reservation of each expandable segment. */
-/* xsa_snap_block and xsa_snap_segment are public (api/xsalloc.h). */
+/* xsa_snap_block and xsa_snap_segment are public (include/xsalloc/xsalloc.h). */
 typedef struct xsa_snap_reservation {
     uintptr_t addr;
     size_t size, mapped;

@@ -75,7 +75,7 @@
  * headroom, as long as it fits in the growth: those pages would otherwise
  * be created. A growth never takes more pages than it maps.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdlib.h>
 

@@ -17,7 +17,7 @@
  * pool, is rewritten by the next capture), so the pools capturing then
  * keep the released pool's memory until they are released themselves.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * blocks, so that every reported segment is tiled by its blocks and the
  * unmapped ranges appear only as gaps between segments.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdlib.h>
 #include <string.h>

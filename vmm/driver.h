@@ -4,7 +4,7 @@
  * Design: every call the library makes into the driver goes through an
  * xsa_driver table, filled either by the real driver (driver_cuda.c: libcuda
  * is dlopen'd and resolved with cuGetProcAddress, never linked) or by the
- * simulated driver (driver_sim.c: host memory that really is reserved, mapped
+ * simulated driver (table.c: host memory that really is reserved, mapped
  * and unmapped). The pool cannot tell them apart. Types here are neutral
  * (no cuda.h): results use CUresult's numeric values, pointers are uint64_t
  * device addresses, streams and events are opaque pointers.
@@ -248,7 +248,7 @@ void xsa_driver_time_calls(xsa_driver *d, bool on);
 xsa_driver *xsa_driver_cuda(char *err, size_t errlen);
 
 /*
- * The calling thread's CUDA context across a call (api/pytorch.h keeps it):
+ * The calling thread's CUDA context across a call (include/xsalloc/pytorch.h keeps it):
  * after watch, the first time the real driver makes a device's primary
  * context current it remembers the context the thread had, and restore
  * makes that one current again and ends the watch. A call that never
@@ -257,7 +257,7 @@ xsa_driver *xsa_driver_cuda(char *err, size_t errlen);
 void xsa_cuda_ctx_watch(void);
 void xsa_cuda_ctx_restore(void);
 
-/* The simulated driver (see vmm/sim.h for its controls). */
+/* The simulated driver (see include/xsalloc/sim.h for its controls). */
 xsa_driver *xsa_driver_sim(void);
 
 /*

@@ -109,12 +109,13 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
 
 
 def _adapter_sources():
-    """The adapter's source and the include directory holding api/xsalloc.h and api/pytorch.h."""
+    """The adapter's source and the include directory holding xsalloc/xsalloc.h and xsalloc/pytorch.h:
+    the package's (pip install copies them there) or the source tree's include/."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for include in (os.path.join(here, "include"), os.path.dirname(os.path.dirname(here))):
-        if os.path.exists(os.path.join(include, "api", "pytorch.h")):
+    for include in (os.path.join(here, "include"), os.path.join(os.path.dirname(os.path.dirname(here)), "include")):
+        if os.path.exists(os.path.join(include, "xsalloc", "pytorch.h")):
             return os.path.join(here, "torch_adapter.cpp"), include
-    raise FileNotFoundError(f"no api/pytorch.h in {here}/include or the source tree")
+    raise FileNotFoundError(f"no xsalloc/pytorch.h in {here}/include or the source tree's include/")
 
 
 def _build_adapter(torch, lib):

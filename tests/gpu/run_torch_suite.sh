@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PyTorch's own CUDA tests (../shared/pytorch/test_cuda.py) under torch's
-# allocator and under xsalloc, one table of outcomes (tests/gpu/torch_suite.py).
+# allocator and under xsalloc, one table of outcomes (tests/gpu/checks/torch_suite.py).
 #
 # The file is PyTorch's and is never committed here: it is read from
 # ../shared/pytorch, copied into .carry/pytorch (git-ignored), which a GPU
@@ -39,7 +39,7 @@ done
 run_mode() {
     local m=$1 file=$2; shift 2
     for _ in $(seq 1 100); do
-        "$PY" tests/gpu/torch_suite.py --file "$suite" --mode "$m" --out "$file" --classes "${classes[@]}" \
+        "$PY" tests/gpu/checks/torch_suite.py --file "$suite" --mode "$m" --out "$file" --classes "${classes[@]}" \
             --timeout "${TEST_TIMEOUT:-600}" "${kargs[@]}" "$@" >> "$out/$m.log" 2>&1 && return 0
     done
 }
@@ -53,9 +53,9 @@ done
 wait
 if [ "${PARALLEL:-0}" = 1 ]; then
     for m in $modes; do
-        again=$("$PY" tests/gpu/torch_suite.py --to-confirm "$out" --mode "$m")
+        again=$("$PY" tests/gpu/checks/torch_suite.py --to-confirm "$out" --mode "$m")
         [ -n "$again" ] && run_mode "$m" "$out/$m.jsonl.confirm" --only $again
     done
 fi
 echo "torch suite: $(( $(date +%s) - start )) s; outcomes in $out"
-"$PY" tests/gpu/torch_suite.py --table "$out"
+"$PY" tests/gpu/checks/torch_suite.py --table "$out"

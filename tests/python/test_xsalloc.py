@@ -9,7 +9,7 @@ against small stand-ins with the same attributes, which record what the
 package asks of them. The simulated driver's memory is host memory, so
 blocks handed out are written and read back. Each test starts from
 xsa_shutdown + xsa_init on the simulated driver. Needs XSALLOC_LIBRARY and
-XSA_DRIVER=sim (tests/python_test.sh sets both).
+XSA_DRIVER=sim (tests/python/python_test.sh sets both).
 """
 
 import contextlib
@@ -410,7 +410,7 @@ class FakeTorchTest(SimTestCase):
             self.assertIsNone(torch.cuda.memory.memory_stats_as_nested_dict, "torch's statistics left alone")
         kw = built[0]
         self.assertTrue(kw["sources"][0].endswith("torch_adapter.cpp") and os.path.exists(kw["sources"][0]))
-        self.assertTrue(os.path.exists(os.path.join(kw["extra_include_paths"][0], "api", "pytorch.h")))
+        self.assertTrue(os.path.exists(os.path.join(kw["extra_include_paths"][0], "xsalloc", "pytorch.h")))
         libdir = os.path.dirname(os.path.abspath(self.lib.path))
         self.assertIn(f"-Wl,-rpath,{libdir}", kw["extra_ldflags"])
 
