@@ -27,6 +27,7 @@
 #include "api/lag_probe.h"
 #include "api/ranges.h"
 #include "pool/pool.h"
+#include "vmm/driver_cuda.h"
 #include "vmm/share.h"
 #include "xsalloc/sim.h"
 
@@ -59,6 +60,18 @@ xsa_status xsa_use_driver(const char *name) {
     pthread_mutex_unlock(&g.init_lock);
     if (ready) return xsa_fail(XSA_ERROR_ALREADY_INITIALIZED, "xsa_use_driver: already initialised; call xsa_shutdown first");
     return xsa_ok();
+}
+
+xsa_driver *xsa_driver_default(char *err, size_t errlen) {
+    const char *forced = getenv("XSA_DRIVER");
+    if (forced && strcmp(forced, "sim") == 0) return xsa_driver_sim();
+    if (forced && strcmp(forced, "cuda") == 0) return xsa_driver_cuda(err, errlen);
+    if (forced && *forced) {
+        if (err) snprintf(err, errlen, "XSA_DRIVER='%s' is not a driver: use 'cuda' or 'sim'", forced);
+        return NULL;
+    }
+    xsa_driver *cuda = xsa_driver_cuda(NULL, 0);
+    return cuda ? cuda : xsa_driver_sim();
 }
 
 /* The driver to use, or NULL with the error set. */

@@ -13,6 +13,13 @@
 
 #define XSA_MAX_DEVICES 64
 
+/*
+ * The driver chosen at run time: XSA_DRIVER=cuda|sim forces one; otherwise
+ * cuda when a GPU is usable, else sim. NULL (with err filled) only when
+ * cuda was forced and is not usable.
+ */
+xsa_driver *xsa_driver_default(char *err, size_t errlen);
+
 /* The driver table in use (initialises if needed); NULL if none. */
 xsa_driver *xsa_active_driver(void);
 

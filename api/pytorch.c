@@ -20,7 +20,7 @@
 
 #include "api/internal.h"
 #include "api/lag_probe.h"
-#include "vmm/driver.h"
+#include "vmm/driver_cuda.h"
 
 void xsa_torch_report(const char *what, xsa_status st) {
     const char *detail = xsa_last_error();

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "api/internal.h"
-#include "vmm/driver.h"
+#include "vmm/driver_cuda.h"
 #include "xsalloc/pytorch.h"
 
 typedef struct torch_route {

@@ -1,7 +1,7 @@
 /*
  * sim/capture: stream capture on the simulated driver: captures, the
  * graphs they build, executable graphs and their replay on the timeline
- * (the rules are in sim.h).
+ * (the rules are in xsalloc/sim.h).
  *
  * Design: this file sits in front of the timeline. Every stream and event
  * entry point and xsa_sim_launch come here first: work on a capturing
@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sim/capture.h"
 #include "sim/state.h"
+#include "sim/timeline.h"
 
 typedef sim_node_list node_list;
 

@@ -1,6 +1,6 @@
 /*
  * sim/check: the simulated driver's usage counters and invariant
- * checker (xsa_sim_check, sim.h).
+ * checker (xsa_sim_check, xsalloc/sim.h).
  *
  * Design: the checker recomputes every counter from the tables and
  * compares; it walks pages, handles, allocations, streams and events once
@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sim/capture.h"
 #include "sim/state.h"
+#include "sim/timeline.h"
 
 void xsa_sim_get_usage(xsa_sim_usage *u) {
     memset(u, 0, sizeof *u);

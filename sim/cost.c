@@ -1,6 +1,6 @@
 /*
  * sim/cost: what the simulated driver's calls would cost the CPU on an
- * H100 (xsa_sim_h100_est_ns, sim.h), so that a policy's driver time shows
+ * H100 (xsa_sim_h100_est_ns, xsalloc/sim.h), so that a policy's driver time shows
  * on the simulated driver too.
  *
  * Design: the real driver's cost goes by physical handle, not by byte: a
@@ -8,7 +8,7 @@
  * (a grant over ten one-page handles costs ten times one over a single
  * ten-page handle, and one unmap over ten mappings as much as ten unmaps),
  * while cuMemCreate and cuMemMap pay by call (a map is always of a whole
- * handle: the driver refuses a part, table.c). So the model is a cost
+ * handle: the driver refuses a part, mappings.c). So the model is a cost
  * a call for each entry point measured, plus, for cuMemSetAccess and
  * cuMemUnmap, a cost a mapping found on the range's pages (runs of one map
  * id). A call pays its cost a call whatever it returns (a query answering
@@ -18,7 +18,7 @@
  * synchronizations, event creation, capture) add nothing. The sum is kept
  * in whole nanoseconds: exact, since every constant is.
  */
-#include "sim/state.h"
+#include "sim/cost.h"
 
 /* CPU nanoseconds on an H100 (driver 580) while kernels are queued, as in
  * training (the driver is 4-7x slower then than on an idle GPU): measured

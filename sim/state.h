@@ -1,18 +1,22 @@
 /*
- * sim/state: the state the simulated driver's files share (not an
- * API: only table.c, timeline.c, capture.c, check.c and
- * cost.c include it).
+ * sim/state: the state the simulated driver's files share, and the
+ * configuration and lookups over it (state.c). Not an API: the simulator's
+ * own files include it.
  *
- * Design: one global state `S` guarded by xsa_sim_lock. table.c owns
- * configuration, fault injection, handles, reservations, mappings and
- * classic allocations; timeline.c owns the streams, events, clock,
- * kernels and their uses of physical memory; capture.c sits in front
- * of the timeline's stream and event calls and keeps its own state (under
- * the same lock): captures, graphs and executable graphs; check.c reads
- * them all for the usage counters and the invariant checker; cost.c
- * adds up what the calls would cost on an H100. A kernel's uses hang off
- * the physical memory they touch (a handle, or a cuMemAlloc allocation),
- * so that unmapping or freeing memory finds them without a search.
+ * Design: one global state `S` guarded by xsa_sim_lock, in layers, each
+ * file calling only those below it: state.c (the state, a configuration
+ * applied to it, lookups); cost.c (what the calls would cost on an H100);
+ * timeline.c (the streams, events, clock, kernels and their uses of
+ * physical memory); capture.c, in front of the timeline's stream and event
+ * calls, with its own state under the same lock (captures, graphs and
+ * executable graphs); faults.c (fault injection and the guard of every
+ * entry point); devices.c, handles.c and mappings.c (the devices, the
+ * physical handles, and the address space with cuMemAlloc allocations);
+ * check.c (usage counters and the invariant checker, reading them all);
+ * table.c (the driver table over all of them, and xsa_sim_configure). A
+ * kernel's uses hang off the physical memory they touch (a handle, or a
+ * cuMemAlloc allocation), so that unmapping or freeing memory finds them
+ * without a search.
  */
 #ifndef XSA_SIM_STATE_H
 #define XSA_SIM_STATE_H
@@ -177,75 +181,17 @@ extern sim_state xsa_sim_state;
 extern pthread_mutex_t xsa_sim_lock;
 #define S xsa_sim_state /* short, in the simulator's own files */
 
-/* table.c */
+/* The default configuration, applied on first use (the lock held). */
 void xsa_sim_ensure_configured(void);
+/* Applies a valid configuration (the lock held; nothing may be live):
+ * resets the devices, the streams, the clock, the gpu lag, the
+ * violations, the faults and the call counters. */
+void xsa_sim_apply_config(const xsa_sim_config *c);
 /* The reservation holding all of [p, p+size), or NULL. */
 sim_reservation *xsa_sim_resv_holding(uintptr_t p, size_t size);
 /* The cuMemAlloc allocation holding all of [p, p+size), or NULL. */
 sim_alloc *xsa_sim_alloc_holding(uintptr_t p, size_t size);
 
-/* timeline.c: the stream and event entry points ... */
-xsa_cu_result xsa_sim_tl_stream_query(xsa_stream stream);
-xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream);
-xsa_cu_result xsa_sim_tl_event_create(xsa_event *event, int device);
-xsa_cu_result xsa_sim_tl_event_record(xsa_event event, xsa_stream stream);
-xsa_cu_result xsa_sim_tl_event_query(xsa_event event);
-xsa_cu_result xsa_sim_tl_event_synchronize(xsa_event event);
-xsa_cu_result xsa_sim_tl_event_destroy(xsa_event event);
-xsa_cu_result xsa_sim_tl_stream_wait_event(xsa_stream stream, xsa_event event);
-/* ... what memory calls tell it: pages [first, first+n) of r are about to
- * be unmapped (violations for kernels still using them; their uses go), a
- * cuMemAlloc allocation is about to be freed, a configuration applied ... */
-void xsa_sim_tl_unmapping(sim_reservation *r, size_t first, size_t n);
-void xsa_sim_tl_freeing_alloc(sim_alloc *a);
-void xsa_sim_tl_reset(void);
-/* ... kernels (xsa_sim_launch's work outside capture), events by value,
- * violations (the first one's sentence is kept) ... */
-/* `what` names the work in a bad launch's sentence ("a kernel launched"). */
-xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what);
-sim_event *xsa_sim_tl_event_lookup(xsa_event event);
-__attribute__((format(printf, 2, 3))) void xsa_sim_tl_violation(uint64_t *count, const char *fmt, ...);
-/* ... and what the checker and the usage counters read. */
-bool xsa_sim_tl_event_pending(const sim_event *ev);
-bool xsa_sim_tl_use_pending(const sim_use *u);
-/* The op of stream st with sequence number seq, or NULL. */
-const sim_op *xsa_sim_tl_find_op(const sim_stream *st, uint64_t seq);
-
-/* cost.c: the H100 estimate. A call made (not an injected fault) adds
- * its entry point's cost a call; a cuMemSetAccess about to grant `mask`
- * on pages [first, first+n) of r, and a cuMemUnmap about to unmap them,
- * add their cost per mapping there (called after every check passed,
- * before the pages change). */
-void xsa_sim_cost_call(xsa_driver_entry e);
-void xsa_sim_cost_set_access(const sim_reservation *r, size_t first, size_t n, uint8_t mask);
-void xsa_sim_cost_unmap(const sim_reservation *r, size_t first, size_t n);
-
-/* capture.c: stream capture. The stream and event entry points go
- * through it (work on a capturing stream becomes graph nodes; the rest
- * goes on to the timeline) ... */
-xsa_cu_result xsa_sim_cap_stream_query(xsa_stream stream);
-xsa_cu_result xsa_sim_cap_stream_synchronize(xsa_stream stream);
-xsa_cu_result xsa_sim_cap_event_record(xsa_event event, xsa_stream stream);
-xsa_cu_result xsa_sim_cap_event_query(xsa_event event);
-xsa_cu_result xsa_sim_cap_event_synchronize(xsa_event event);
-xsa_cu_result xsa_sim_cap_event_destroy(xsa_event event);
-xsa_cu_result xsa_sim_cap_stream_wait_event(xsa_stream stream, xsa_event event);
-/* ... a call that synchronizes the device (cuMemFree) is refused while a
- * capture is under way, and invalidates it ... */
-xsa_cu_result xsa_sim_cap_device_sync(const char *call);
-/* ... its own entry points ... */
-xsa_cu_result xsa_sim_cap_begin(xsa_stream stream);
-xsa_cu_result xsa_sim_cap_end(xsa_stream stream, xsa_graph *graph);
-xsa_cu_result xsa_sim_cap_info(xsa_stream stream, int *status, uint64_t *id, const xsa_graph_node **deps, size_t *n);
-xsa_cu_result xsa_sim_cap_node_deps(xsa_graph_node node, xsa_graph_node *deps, size_t *n);
-xsa_cu_result xsa_sim_cap_instantiate(xsa_graph_exec *exec, xsa_graph graph);
-xsa_cu_result xsa_sim_cap_graph_launch(xsa_graph_exec exec, xsa_stream stream);
-xsa_cu_result xsa_sim_cap_exec_destroy(xsa_graph_exec exec);
-xsa_cu_result xsa_sim_cap_graph_destroy(xsa_graph graph);
-xsa_cu_result xsa_sim_cap_exchange_mode(int *mode);
-/* ... what configuration and the usage counters read, and its checker. */
-bool xsa_sim_cap_live(void);
-void xsa_sim_cap_usage(xsa_sim_usage *u);
-int xsa_sim_cap_check(char *err, size_t errlen);
+static inline bool xsa_sim_device_ok(int d) { return d >= 0 && d < S.cfg.devices; }
 
 #endif

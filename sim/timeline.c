@@ -1,7 +1,7 @@
 /*
  * sim/timeline: the simulated GPU's timeline: streams, events, the
  * CPU's clock, kernels, their uses of memory and the violations (the rules
- * are in sim.h).
+ * are in xsalloc/sim.h).
  *
  * Design: every piece of work queued on a stream (kernel, event record,
  * stream wait) gets a global sequence number and a completion time, fixed
@@ -24,7 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sim/state.h"
+#include "sim/timeline.h"
 
 /* ---- streams and their queues ------------------------------------------ */
 
@@ -480,16 +480,4 @@ void xsa_sim_complete_all(void) {
     pthread_mutex_lock(&xsa_sim_lock);
     for (size_t i = 0; i < S.streams.n; i++) complete_stream(&S.streams.v[i]);
     pthread_mutex_unlock(&xsa_sim_lock);
-}
-
-/* A new configuration: no stream, clock 0, the configured mode, no violation. */
-void xsa_sim_tl_reset(void) {
-    for (size_t i = 0; i < S.streams.n; i++) {
-        ARRAY_FREE(S.streams.v[i].ops);
-        ARRAY_FREE(S.streams.v[i].clock);
-    }
-    S.streams.n = 0;
-    S.now = 0;
-    S.lag = S.cfg.eager_events ? 0 : -1;
-    memset(&S.violations, 0, sizeof S.violations);
 }

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "api/internal.h"
-#include "benchmarks/timing.h"
 #include "vmm/driver.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"
@@ -166,12 +165,12 @@ static int run_events(replay *rp, xsa_replay_result *r) {
     xsa_driver_read_calls(d, before, ns_before);
     uint64_t est_before = rp->s->sim ? xsa_sim_h100_est_ns() : 0;
     if (series) fputs("event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak\n", series);
-    double t0 = xsa_bench_now_ns();
+    uint64_t t0 = xsa_driver_now_ns();
     for (size_t i = 0; i < n; i++) {
         if (run_event(rp, &rp->t->events[i])) return -1;
         if (series && ((i + 1) % step == 0 || i + 1 == n) && sample(rp, i + 1)) return -1;
     }
-    double elapsed = xsa_bench_now_ns() - t0;
+    double elapsed = (double)(xsa_driver_now_ns() - t0);
     xsa_driver_read_calls(d, after, ns_after);
     xsa_driver_time_calls(d, false);
     r->est_h100_driver_ns = rp->s->sim ? xsa_sim_h100_est_ns() - est_before : 0;

@@ -15,7 +15,7 @@
  * use, and kept for the life of the process. Under xsa_cuda_ctx_watch the
  * context this replaces is remembered first, for xsa_cuda_ctx_restore.
  */
-#include "vmm/driver.h"
+#include "vmm/driver_cuda.h"
 
 #include <cuda.h>
 #include <dlfcn.h>

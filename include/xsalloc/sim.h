@@ -8,9 +8,9 @@
  * MAP_FIXED|MAP_SHARED but still PROT_NONE; cuMemSetAccess makes it
  * read/write; cuMemUnmap turns it back to PROT_NONE anonymous memory. So a
  * use-after-unmap faults exactly like on the GPU. The real driver's error
- * cases are reproduced (see table.c).
+ * cases are reproduced (see sim/mappings.c and sim/handles.c).
  *
- * The GPU's timeline (timeline.c). Work queued on a stream (a kernel
+ * The GPU's timeline (sim/timeline.c). Work queued on a stream (a kernel
  * from xsa_sim_launch, an event record, a cuStreamWaitEvent) completes in
  * one of two modes:
  *   - manual (gpu lag < 0, the default): only when the test says so
@@ -56,7 +56,7 @@
  *   4. failed_captures: a capture invalidated, or ended with a fork not
  *      joined back (below).
  *
- * Stream capture (capture.c), global mode, as on the H100 (driver
+ * Stream capture (sim/capture.c), global mode, as on the H100 (driver
  * 580) where measured and on the strict side of CUDA's documented rules
  * where not:
  *   - stream_begin_capture starts a capture (a unique id, a new graph) on a
@@ -117,6 +117,10 @@ typedef struct xsa_sim_config {
     /* peer[a][b]: device a can access memory of device b (default all 1). */
     unsigned char peer[XSA_SIM_MAX_DEVICES][XSA_SIM_MAX_DEVICES];
 } xsa_sim_config;
+
+/* The simulated driver's table. Not exported by libxsalloc.so: for
+ * programs linked with the library's objects (tests, benchmarks). */
+xsa_driver *xsa_driver_sim(void);
 
 XSA_API void xsa_sim_default_config(xsa_sim_config *config);
 

@@ -9,11 +9,11 @@ cd "$(dirname "$0")/../.."
 cuda_include="${CUDA_HOME:-/usr/local/cuda}/include"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 gcc -O2 -std=c11 -Wall -Wextra -D_GNU_SOURCE -I. -Iinclude -I"$cuda_include" \
-    vmm/driver.c vmm/driver_cuda.c sim/table.c sim/timeline.c sim/capture.c sim/check.c sim/cost.c tests/gpu/probes/driver_probe.c \
+    vmm/driver.c vmm/driver_cuda.c sim/*.c tests/gpu/probes/driver_probe.c \
     -ldl -lpthread -o /tmp/probe
 /tmp/probe
 # Stream capture, the real driver against the simulated one (capture_probe.c).
 gcc -O2 -std=c11 -Wall -Wextra -D_GNU_SOURCE -I. -Iinclude -I"$cuda_include" \
-    vmm/driver.c vmm/driver_cuda.c sim/table.c sim/timeline.c sim/capture.c sim/check.c sim/cost.c tests/gpu/probes/capture_probe.c \
+    vmm/driver.c vmm/driver_cuda.c sim/*.c tests/gpu/probes/capture_probe.c \
     -ldl -lpthread -o /tmp/capture_probe
 /tmp/capture_probe

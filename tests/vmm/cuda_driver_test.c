@@ -1,6 +1,6 @@
 /*
  * cuda_driver_test: the real driver's behaviour where it cannot load, and
- * the run-time driver choice (xsa_driver_default, XSA_DRIVER).
+ * the run-time driver choice (xsa_driver_default, XSA_DRIVER: api/'s).
  *
  * Design: CI has no GPU and no libcuda.so.1, so this checks the failure
  * path: NULL plus a sentence naming libcuda, the same outcome on every call
@@ -19,7 +19,9 @@
 
 #include <cmocka.h>
 
-#include "vmm/driver.h"
+#include "api/internal.h"
+#include "vmm/driver_cuda.h"
+#include "xsalloc/sim.h"
 
 enum { THREADS = 8 };
 

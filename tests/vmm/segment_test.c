@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "vmm/segment.h"
+#include "vmm/driver_cuda.h"
 #include "xsalloc/sim.h"
 
 static xsa_driver *real;     /* the driver under test */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vmm/driver_cuda.h"
 #include "xsalloc/sim.h"
 
 #define MAX_CODES 32

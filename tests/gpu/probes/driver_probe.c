@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vmm/driver.h"
+#include "vmm/driver_cuda.h"
 
 #define MiB ((size_t)1 << 20)
 #define RUN_BYTES (64 * MiB)
