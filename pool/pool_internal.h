@@ -376,6 +376,8 @@ void xsa_recycle_destroy(xsa_pool *p);
  * drain less waiting on it (freed at none). */
 xsa_sweep *xsa_sweep_record(xsa_pool *p);
 xsa_cu_result xsa_sweep_wait(xsa_pool *p, xsa_sweep *w, bool wait);
+/* Waits for the work queued on every stream of p's segments. */
+xsa_cu_result xsa_sweep_synchronize(xsa_pool *p);
 void xsa_sweep_drop(xsa_pool *p, xsa_sweep *w);
 
 /* ipc.c: whether exportable pages work on the device (attribute and a

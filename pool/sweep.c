@@ -16,7 +16,9 @@
  * allocates and uses a freed block without record_stream is not covered
  * (PyTorch's own expandable segments unmap after synchronizing the
  * segment's stream alone). Never recorded during a capture: recycling
- * does not run then.
+ * does not run then. Releasing cached memory (empty_cache, the
+ * out-of-memory fallback) waits for the same streams on the CPU first, as
+ * PyTorch's cudaFree waits for the device.
  */
 #include "pool/pool_internal.h"
 
@@ -79,6 +81,17 @@ xsa_cu_result xsa_sweep_wait(xsa_pool *p, xsa_sweep *w, bool wait) {
         xsa_cu_result r = wait ? XSA_DRV(p->drv, event_synchronize, ev) : XSA_DRV(p->drv, event_query, ev);
         if (r != XSA_CU_SUCCESS) return r;
         w->pending--;
+    }
+    return XSA_CU_SUCCESS;
+}
+
+xsa_cu_result xsa_sweep_synchronize(xsa_pool *p) {
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
+        const xsa_seg *t = p->segments;
+        while (t != s && t->stream != s->stream) t = t->next_seg;
+        if (t != s) continue; /* its stream was synchronized already */
+        xsa_cu_result r = XSA_DRV(p->drv, stream_synchronize, s->stream);
+        if (r != XSA_CU_SUCCESS) return r;
     }
     return XSA_CU_SUCCESS;
 }

@@ -397,6 +397,25 @@ static void test_old_address_waits_for_every_stream(void **state) {
     teardown(p);
 }
 
+/* The same program, then empty_cache: PyTorch's cudaFree synchronizes the
+ * device, so the release waits for every segment stream's work, not only
+ * for the stream of the segment it unmaps. */
+static void test_empty_cache_waits_for_every_stream(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    xsa_sim_set_gpu_lag(100);
+    void *a = alloc(p, 4 * MiB, S0), *s1_own = alloc(p, 2 * MiB, S1);
+    xsa_sim_tick(1000);
+    launch(S1, a, 4 * MiB); /* S1 reads a; no record_stream */
+    release(p, a);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    expect_no_violation();
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)a), 0);
+    release(p, s1_own);
+    xsa_sim_set_gpu_lag(-1);
+    teardown(p);
+}
+
 /* On the timeline: a block used on S1 (record_stream) and freed while S1's
  * kernel on it is queued, its pages then going to S2. S2's kernel on them
  * must come after S1's: S0 waits on S1's event, S2 on the fence recorded
@@ -604,6 +623,7 @@ int main(void) {
         cmocka_unit_test(test_destroy_while_draining),
         cmocka_unit_test(test_moves_under_queued_kernels_are_safe),
         cmocka_unit_test(test_old_address_waits_for_every_stream),
+        cmocka_unit_test(test_empty_cache_waits_for_every_stream),
         cmocka_unit_test(test_new_handles_follow_the_headroom),
         cmocka_unit_test(test_larger_handles_move_whole_within_the_growth),
         cmocka_unit_test(test_handed_over_pages_wait_for_the_other_streams_use),
