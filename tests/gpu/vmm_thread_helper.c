@@ -5,7 +5,8 @@
  * of `page` bytes through cuMemCreate, cuMemMap, cuMemSetAccess, then
  * cuMemUnmap, cuMemRelease, in a reservation of `pages` pages at `base`;
  * mode 2 (events): cuEventRecord + cuEventQuery on `stream`. libcuda is
- * the process's (torch loaded it): its symbols are looked up, not linked.
+ * the process's (torch loaded it): opened again and its symbols looked up,
+ * not linked.
  *   gcc -O2 -shared -fPIC -I/usr/local/cuda/include vmm_thread_helper.c -o helper.so -ldl -lpthread
  */
 #define _GNU_SOURCE
@@ -80,11 +81,12 @@ static void *loop(void *arg) {
     return NULL;
 }
 
-#define LOOKUP(var, name) ((*(void **)&var = dlsym(RTLD_DEFAULT, name)) != NULL)
+#define LOOKUP(var, name) ((*(void **)&var = dlsym(lib, name)) != NULL)
 
-/* Starts the thread; 0, or -1 if a symbol is missing, or the pthread error. */
+/* Starts the thread; 0, or -1 if libcuda or a symbol is missing, or the pthread error. */
 int helper_start(int mode, void *ctx, void *stream, int device, unsigned long long base, size_t page, int pages) {
-    if (!(LOOKUP(ctx_set, "cuCtxSetCurrent") && LOOKUP(create, "cuMemCreate") && LOOKUP(map, "cuMemMap") &&
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* the process's: torch loaded it */
+    if (!lib || !(LOOKUP(ctx_set, "cuCtxSetCurrent") && LOOKUP(create, "cuMemCreate") && LOOKUP(map, "cuMemMap") &&
           LOOKUP(set_access, "cuMemSetAccess") && LOOKUP(unmap, "cuMemUnmap") && LOOKUP(release, "cuMemRelease") &&
           LOOKUP(ev_create, "cuEventCreate") && LOOKUP(ev_record, "cuEventRecord_v2") &&
           LOOKUP(ev_query, "cuEventQuery") && LOOKUP(ev_destroy, "cuEventDestroy_v2")))
