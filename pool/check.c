@@ -307,13 +307,18 @@ static int check_exports(const xsa_pool *p, const recount *c, char *err, size_t 
     return 1;
 }
 
-/* Each drain names a distinct draining block of this pool, and every
- * draining block has one. */
+/* Each drain names a distinct draining block of this pool and a sweep
+ * that counts the drains sharing it, and every draining block has one. */
 static int check_drains(const xsa_pool *p, const recount *c, char *err, size_t n) {
     size_t records = 0;
     for (const xsa_drain *d = p->drains; d; d = d->next, records++) {
         if (!d->block->draining)
             return xsa_check_fail(err, n, "drain of block %#lx: the block is not draining", (unsigned long)d->block->ptr);
+        size_t sharing = 0;
+        for (const xsa_drain *e = p->drains; e && d->sweep; e = e->next) sharing += e->sweep == d->sweep;
+        if (!d->sweep || sharing != d->sweep->drains || d->sweep->pending > d->sweep->n_events)
+            return xsa_check_fail(err, n, "drain of block %#lx: no sweep, or its sweep counts %zu drains, %zu share it",
+                                  (unsigned long)d->block->ptr, d->sweep ? d->sweep->drains : 0, sharing);
         for (const xsa_drain *e = d->next; e; e = e->next)
             if (e->block == d->block) return xsa_check_fail(err, n, "block %#lx drains twice", (unsigned long)d->block->ptr);
     }

@@ -157,6 +157,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
     xsa_pages_account(p, s, n, 0, -1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, b->ptr, b->size, b->size, s->stream);
     d->block = b;
+    d->sweep = NULL; /* the growth's, once all its takes are done */
     d->next = p->drains;
     p->drains = d;
     return n;
@@ -309,19 +310,41 @@ static size_t take_passes(xsa_pool *p, const xsa_seg *target, const xsa_block *k
     return got;
 }
 
+/* The drains since `mark` wait for one sweep of every stream (sweep.c
+ * says why); false if it could not be recorded. */
+static bool sweep_new_drains(xsa_pool *p, const xsa_drain *mark) {
+    xsa_sweep *w = xsa_sweep_record(p);
+    if (!w) return false;
+    for (xsa_drain *d = p->drains; d != mark; d = d->next) {
+        d->sweep = w;
+        w->drains++;
+    }
+    return true;
+}
+
 size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
                         size_t pages, size_t limit, xsa_chunk *chunks, size_t *n_chunks) {
+    const xsa_drain *mark = p->drains;
     *n_chunks = 0;
     size_t got = take_passes(p, target, keep1, keep2, pages, limit, chunks, n_chunks);
     /* Short of free pages: blocks waiting for record_stream events next. */
     if (got < pages && p->events.outstanding && hand_over_pending(p, keep1, keep2, pages - got))
         got += take_passes(p, target, keep1, keep2, pages - got, limit - got, chunks, n_chunks);
+    if (got && !sweep_new_drains(p, mark)) {
+        /* Without a sweep the old addresses could never go: the growth
+         * creates its pages instead. */
+        xsa_recycle_undo(p, mark);
+        *n_chunks = 0;
+        return 0;
+    }
     return got;
 }
 
-/* Ends drain d (unlinked by the caller): its event goes back to the spares. */
+/* Ends drain d (unlinked by the caller): its event goes back to the
+ * spares, and its share of the sweep. */
 static void forget(xsa_pool *p, xsa_drain *d) {
     xsa_events_put_event(&p->events, d->event);
+    if (d->sweep) xsa_sweep_drop(p, d->sweep);
     free(d);
 }
 
@@ -355,6 +378,7 @@ xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait) {
     for (xsa_drain **at = &p->drains; *at;) {
         xsa_drain *d = *at;
         xsa_cu_result r = wait ? XSA_DRV(p->drv, event_synchronize, d->event) : XSA_DRV(p->drv, event_query, d->event);
+        if (r == XSA_CU_SUCCESS) r = xsa_sweep_wait(p, d->sweep, wait);
         if (r == XSA_CU_SUCCESS) r = finish(p, d);
         if (r != XSA_CU_SUCCESS) {
             /* Not done yet, or refused: the drain stays for the next try. */

@@ -98,6 +98,12 @@ xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
         xsa_pool_driver_error(p, "cuEventSynchronize", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
+    /* Kernels on any stream may still read freed blocks (pool/sweep.c). */
+    r = xsa_sweep_synchronize(p);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_driver_error(p, "cuStreamSynchronize", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
     /* Old addresses of moved pages go, so that empty segments can. */
     r = xsa_recycle_drain(p, true);
     if (r != XSA_CU_SUCCESS) {

@@ -76,11 +76,23 @@ typedef struct xsa_seg {
 /* Pages of an expandable segment the pool holds: mapped and not draining. */
 static inline size_t xsa_seg_owned_pages(const xsa_seg *s) { return s->vm.mapped_pages - s->draining_pages; }
 
+/* Events recorded on every segment stream of the device by a growth that
+ * moved pages (pool/sweep.c): the old addresses it left go once all have
+ * completed. Shared by that growth's drains. */
+typedef struct xsa_sweep {
+    xsa_event *events;
+    size_t n_events;
+    size_t pending;            /* events[0, pending) not yet seen complete */
+    size_t drains;             /* drains waiting on it */
+} xsa_sweep;
+
 /* A draining block's old mapping, unmapped once `event` (recorded on its
- * segment's stream when its pages moved) has completed (pool/recycle.c). */
+ * segment's stream when its pages moved) and its growth's sweep have
+ * completed (pool/recycle.c). */
 typedef struct xsa_drain {
     xsa_block *block;
     xsa_event event;
+    xsa_sweep *sweep;
     struct xsa_drain *next;
 } xsa_drain;
 
@@ -357,6 +369,16 @@ void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);
 xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait);
 /* Pool teardown: unmaps every old address without waiting. */
 void xsa_recycle_destroy(xsa_pool *p);
+
+/* sweep.c: a new sweep (drains 0) over the streams of p's segments, or
+ * NULL (host memory or a driver call refused: nothing recorded); whether
+ * it has completed (XSA_CU_SUCCESS; with wait, waits for it first); one
+ * drain less waiting on it (freed at none). */
+xsa_sweep *xsa_sweep_record(xsa_pool *p);
+xsa_cu_result xsa_sweep_wait(xsa_pool *p, xsa_sweep *w, bool wait);
+/* Waits for the work queued on every stream of p's segments. */
+xsa_cu_result xsa_sweep_synchronize(xsa_pool *p);
+void xsa_sweep_drop(xsa_pool *p, xsa_sweep *w);
 
 /* ipc.c: whether exportable pages work on the device (attribute and a
  * trial cuMemCreate); drops the exports seen closed or revoked, returning

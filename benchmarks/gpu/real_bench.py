@@ -4,7 +4,7 @@
                   [--steps W=N]... [--steps-W N] [--timeout S] [--budget-s S] [--out DIR]
     real_bench.py child --workload W --alloc A --steps N --out FILE [--conf CONF] [--lag FILE]
     real_bench.py table FILE.jsonl
-    real_bench.py record --workload W --out FILE.trace.gz [--steps N] [--max-entries N]
+    real_bench.py record --workload W --out FILE.trace.gz [--steps N] [--max-entries N] [--seed N]
 
 Design: PyTorch reads its allocator configuration once per process, so
 every (run, workload, allocator) is a child process of its own; the parent
@@ -38,6 +38,8 @@ GB = 1e9
 
 # The workloads (functions of real_workloads.py) and their default steps.
 WORKLOAD_STEPS = {"gpt2": 24, "resnet": 24, "llama_gen": 5, "multistream": 24}
+# Workloads for traces only (record): not timed by default.
+RECORD_ONLY_STEPS = {"llama_requests": 24}
 # PyTorch's own allocators: PYTORCH_CUDA_ALLOC_CONF (None: unset).
 TORCH_ALLOCS = {"native": None, "expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 DEFAULT_ALLOCS = ["native", "expandable", "async", "xsalloc"]
@@ -627,10 +629,11 @@ def record(args):
     import real_workloads
     from record_traces import write_trace
 
-    steps = args.steps or WORKLOAD_STEPS[args.workload]
+    steps = args.steps or {**WORKLOAD_STEPS, **RECORD_ONLY_STEPS}[args.workload]
+    seed = {"seed": args.seed} if args.seed is not None else {}
     torch.cuda.memory._record_memory_history(max_entries=args.max_entries, context=None, stacks="python")
     t0 = time.perf_counter()
-    getattr(real_workloads, args.workload)(steps)
+    getattr(real_workloads, args.workload)(steps, **seed)
     torch.cuda.synchronize()
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
@@ -662,7 +665,8 @@ def main(argv):
             p.add_argument("results", help="real_results.jsonl")
             print(table(load_rows(p.parse_args(argv[1:]).results)), end="")
             return 0
-        p.add_argument("--workload", required=True, choices=list(WORKLOAD_STEPS))
+        p.add_argument("--workload", required=True,
+                       choices=list(WORKLOAD_STEPS) + (list(RECORD_ONLY_STEPS) if argv[0] == "record" else []))
         p.add_argument("--out", required=True)
         if argv[0] == "child":
             p.add_argument("--alloc", required=True, help="native, expandable, async, or any name for xsalloc")
@@ -683,6 +687,7 @@ def main(argv):
             return 0
         p.add_argument("--steps", type=int, help="default: the workload's")
         p.add_argument("--max-entries", type=int, default=4_000_000, help="memory history ring (4,000,000)")
+        p.add_argument("--seed", type=int, help="the request mix's seed (llama_requests)")
         record(p.parse_args(argv[1:]))
         return 0
     return run_all(argv)

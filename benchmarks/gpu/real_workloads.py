@@ -161,10 +161,22 @@ def llama_gen(steps=5):
     tokens would take minutes without changing the memory pattern). The
     loop is generate()'s: the decoder with its cache (DynamicCache, grown by
     concatenation each token), the head on the last position only."""
+    return generation(steps, seed=3, batches=(1, 8), prompts=(64, 1024), new_tokens=(16, 48))
+
+
+def llama_requests(steps=24, seed=7):
+    """llama_gen's model and loop over a wider mix of requests, for traces
+    (real_bench.py record): batch 1-16, prompt 16-1024, 16-128 new tokens."""
+    return generation(steps, seed=seed, batches=(1, 16), prompts=(16, 1024), new_tokens=(16, 128))
+
+
+def generation(steps, seed, batches, prompts, new_tokens):
+    """llama_gen's loop: one request a step, its batch, prompt length and new
+    tokens drawn from the (low, high) ranges by random.Random(seed)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    rng = random.Random(3)
+    rng = random.Random(seed)
     config = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=12,
                          num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=2048)
     default_dtype = torch.get_default_dtype()
@@ -177,7 +189,7 @@ def llama_gen(steps=5):
     model.eval()
 
     def step(_):
-        batch, prompt, new = rng.randint(1, 8), rng.randint(64, 1024), rng.randint(16, 48)
+        batch, prompt, new = rng.randint(*batches), rng.randint(*prompts), rng.randint(*new_tokens)
         with torch.inference_mode():
             ids = torch.randint(0, config.vocab_size, (batch, prompt), device="cuda")
             cache = None

@@ -92,9 +92,18 @@ static void test_other_stream_waits_on_the_gpu_and_old_address_goes_later(void *
     /* S0's work is still queued: both old addresses stay mapped. */
     assert_int_not_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)upper), 0);
     assert_int_not_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)lower), 0);
+    /* S0's work completes. The upper page moved before S1 had a segment:
+     * its old address goes at the next growth. The lower one moved after:
+     * the work S1 had queued then may still use it (a kernel without
+     * record_stream), so it stays until that completes too (sweep.c). */
     xsa_sim_complete_stream(S0);
+    void *v = alloc(p, 2 * MiB, S1);
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)upper), 0);
+    assert_int_not_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)lower), 0);
+    release(p, v);
+    xsa_sim_complete_all();
     /* The next growth unmaps them (polled, never waited for). */
-    void *y = alloc(p, 2 * MiB, S1);
+    void *y = alloc(p, 4 * MiB, S1);
     assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)upper), 0);
     assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)lower), 0);
     assert_int_equal(driver_calls(XSA_DRV_event_synchronize) + driver_calls(XSA_DRV_stream_synchronize), 0);
@@ -352,6 +361,61 @@ static void *freed_while_s1_uses_it(xsa_pool *p, void **keep) {
     return a;
 }
 
+/* PyTorch's test_cublas_multiple_threads_same_device on the timeline: a
+ * block of S0 is used on S1 without record_stream (the program synchronized
+ * first, and PyTorch reuses a block on its own stream only, so it needs
+ * none) and freed while S1's kernel on it is queued; S2's growth takes its
+ * pages. Their old address may go only once the work every stream of the
+ * device had queued by then has completed: unmapping it when the fence on
+ * S0 (idle) completed was the H100's illegal address. */
+static void test_old_address_waits_for_every_stream(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, recycling);
+    xsa_sim_set_gpu_lag(100);
+    void *a = alloc(p, 4 * MiB, S0), *keep = alloc(p, 2 * MiB, S0);
+    void *s1_own = alloc(p, 2 * MiB, S1); /* S1 allocates too, as the test's threads do */
+    xsa_sim_tick(1000);
+    launch(S1, a, 4 * MiB); /* S1 reads a; no record_stream */
+    release(p, a);          /* a free block of S0 at once */
+    void *y = alloc(p, 2 * MiB, S2);
+    assert_int_equal(stats(p).num_pages_recycled, 1);
+    void *z = alloc(p, 4 * MiB, S2); /* a growth: it polls the old addresses */
+    expect_no_violation();
+    assert_int_not_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)a + 2 * MiB), 0);
+    xsa_sim_tick(1000); /* S1's kernel completes */
+    void *w = alloc(p, 8 * MiB, S2);
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)a + 2 * MiB), 0);
+    expect_no_violation();
+    release(p, w);
+    release(p, z);
+    release(p, y);
+    release(p, s1_own);
+    release(p, keep);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    expect_no_violation();
+    xsa_sim_set_gpu_lag(-1);
+    teardown(p);
+}
+
+/* The same program, then empty_cache: PyTorch's cudaFree synchronizes the
+ * device, so the release waits for every segment stream's work, not only
+ * for the stream of the segment it unmaps. */
+static void test_empty_cache_waits_for_every_stream(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    xsa_sim_set_gpu_lag(100);
+    void *a = alloc(p, 4 * MiB, S0), *s1_own = alloc(p, 2 * MiB, S1);
+    xsa_sim_tick(1000);
+    launch(S1, a, 4 * MiB); /* S1 reads a; no record_stream */
+    release(p, a);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    expect_no_violation();
+    assert_int_equal(xsa_sim_page_access((xsa_devptr)(uintptr_t)a), 0);
+    release(p, s1_own);
+    xsa_sim_set_gpu_lag(-1);
+    teardown(p);
+}
+
 /* On the timeline: a block used on S1 (record_stream) and freed while S1's
  * kernel on it is queued, its pages then going to S2. S2's kernel on them
  * must come after S1's: S0 waits on S1's event, S2 on the fence recorded
@@ -558,6 +622,8 @@ int main(void) {
         cmocka_unit_test(test_refused_unmap_of_old_address_is_retried),
         cmocka_unit_test(test_destroy_while_draining),
         cmocka_unit_test(test_moves_under_queued_kernels_are_safe),
+        cmocka_unit_test(test_old_address_waits_for_every_stream),
+        cmocka_unit_test(test_empty_cache_waits_for_every_stream),
         cmocka_unit_test(test_new_handles_follow_the_headroom),
         cmocka_unit_test(test_larger_handles_move_whole_within_the_growth),
         cmocka_unit_test(test_handed_over_pages_wait_for_the_other_streams_use),
