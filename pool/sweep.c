@@ -20,7 +20,7 @@
  * out-of-memory fallback) waits for the same streams on the CPU first, as
  * PyTorch's cudaFree waits for the device.
  */
-#include "pool/pool_internal.h"
+#include "pool/state.h"
 
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 """Do virtual-memory driver calls on a second CPU thread delay the main thread's launches?
 
-    python3 tests/gpu/vmm_thread_probe.py [--rounds 8] [--steps 40]     (a GPU machine with torch)
+    python3 tests/gpu/probes/vmm_thread_probe.py [--rounds 8] [--steps 40]     (a GPU machine with torch)
 
 A helper thread could take page creation, mapping, granting, unmapping and
 releasing off the allocation path, but only if the driver lets the main

@@ -1,5 +1,5 @@
 /*
- * tests/gpu/vmm_thread_helper: the second thread of vmm_thread_probe.py, in
+ * tests/gpu/probes/vmm_thread_helper: the second thread of vmm_thread_probe.py, in
  * C so that it takes no Python lock from the main thread: a pthread on the
  * given context that loops driver calls until stopped. Mode 1 (vmm): pages
  * of `page` bytes through cuMemCreate, cuMemMap, cuMemSetAccess, then
