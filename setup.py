@@ -24,7 +24,7 @@ from setuptools.errors import CompileError, LinkError
 
 LTO = "-flto=auto"
 # The public headers the torch adapter is compiled with (include/xsalloc/).
-PUBLIC_HEADERS = ("xsalloc.h", "pytorch.h")
+PUBLIC_HEADERS = ("xsalloc.h", "types.h", "pytorch.h")
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME") or "/usr/local/cuda", "include")
 
 

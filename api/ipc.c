@@ -1,6 +1,6 @@
 /*
  * api/ipc: importing exported blocks and opening shares, and sending
- * handles over Unix sockets (protocol and lifetime rules in include/xsalloc/xsalloc.h).
+ * handles over Unix sockets (protocol and lifetime rules in xsalloc/xsalloc.h).
  *
  * Design: an import claims the handle first (state EXPORTED -> IMPORTED on
  * the shared word, so a handle imports once and a stale one is refused
@@ -39,6 +39,7 @@
 #include "api/errors.h"
 #include "api/internal.h"
 #include "pool/ipc_state.h"
+#include "pool/peer.h"
 #include "vmm/segment.h"
 #include "xsalloc/xsalloc.h"
 

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pool/pool.h"
+#include "pool/ipc.h"
 #include "xsalloc/xsalloc.h"
 
 /* Grants `peer` read/write on every import mapped for `device`

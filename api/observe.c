@@ -18,7 +18,7 @@
 
 #include "api/errors.h"
 #include "api/internal.h"
-#include "pool/block.h"
+#include "pool/trace.h"
 
 typedef struct ring {
     xsa_history_entry *entries; /* [cap], taken at the first event */

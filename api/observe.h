@@ -13,7 +13,7 @@
 #include "vmm/driver.h"
 #include "xsalloc/xsalloc.h"
 
-/* xsa_action and xsa_history_entry are public (include/xsalloc/xsalloc.h). */
+/* xsa_action and xsa_history_entry are public (xsalloc/xsalloc.h). */
 
 /* PyTorch's name of an action ("alloc", "segment_map", ...); NULL for
  * record_stream, which PyTorch has not. */

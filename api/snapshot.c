@@ -16,6 +16,7 @@
 #include "api/errors.h"
 #include "api/internal.h"
 #include "api/observe.h"
+#include "pool/snapshot.h"
 
 typedef struct device_copy {
     bool has_pool;

@@ -23,6 +23,8 @@
 
 #include "api/errors.h"
 #include "api/internal.h"
+#include "pool/snapshot.h"
+#include "pool/stats.h"
 
 #define WIDTH 75
 

@@ -8,9 +8,13 @@
  * the free sets below them: releasing memory and recording events are the
  * policies' (release.c, capture.c).
  */
-#include "pool/state.h"
+#include "pool/mempool.h"
 
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/free_set.h"
+#include "pool/state.h"
 
 static bool same_id(xsa_mempool_id a, xsa_mempool_id b) { return a.first == b.first && a.second == b.second; }
 

@@ -17,10 +17,22 @@
  * pool, is rewritten by the next capture), so the pools capturing then
  * keep the released pool's memory until they are released themselves.
  */
-#include "pool/state.h"
+#include "pool/release.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/events.h"
+#include "pool/free_set.h"
+#include "pool/ipc.h"
+#include "pool/mempool.h"
+#include "pool/pages.h"
+#include "pool/recycle.h"
+#include "pool/state.h"
+#include "pool/sweep.h"
+#include "pool/trace.h"
 
 xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     xsa_seg *s = b->seg;

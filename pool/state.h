@@ -1,15 +1,24 @@
 /*
- * pool/state: the pool's state, shared by its source files. The
- * core, which calls nothing above it: core.c (segments, free-set
- * membership, split and merge), mempool.c (memory pool records and
- * routing), checkpoint.c (a memory pool's blocks set to a checkpoint),
- * free_set.c, block.c, events.c, stats.c. The policies above it:
- * pages.c (an expandable segment's pages as blocks), recycle.c (page
- * recycling), expand.c (growing expandable segments), release.c (giving
- * memory back), ipc.c (IPC exports), peer.c (peer access), capture.c (the
- * memory pool calls and capture); pool.c (malloc/free) on top; check.c,
- * snapshot.c and info.c read. No file calls one above it. Not part of the
- * pool's interface.
+ * pool/state: the pool's state, shared by its source files: the records
+ * (memory pools, routes, segments, drains, exports, the pool) and the
+ * inline accounting every malloc and free does. No functions of any file:
+ * each file's calls are in its own header.
+ *
+ * Design: the files are in layers, each calling only those below it.
+ *   core:     block.c, free_set.c, ptr_map.c, events.c, ipc_state.c,
+ *             trace.c (observation points), stats.c, mempool.c (memory
+ *             pool records and routing), core.c (segment records, free-set
+ *             membership, split and merge, returning freed blocks);
+ *   policies: pages.c (an expandable segment's pages as blocks), sweep.c,
+ *             recycle.c (page recycling), expand.c (growing expandable
+ *             segments), ipc.c (IPC exports), peer.c (peer access),
+ *             release.c (giving memory back), capture.c (the memory pool
+ *             calls and capture), checkpoint.c (a memory pool's blocks set
+ *             to a checkpoint);
+ *   readers:  check.c, snapshot.c, info.c;
+ *   top:      pool.c (create, malloc, free, record_stream, destroy).
+ * Not part of the pool's interface (api/ uses pool.h and the policies'
+ * headers).
  */
 #ifndef XSA_POOL_STATE_H
 #define XSA_POOL_STATE_H
@@ -18,9 +27,11 @@
 #include "pool/events.h"
 #include "pool/free_set.h"
 #include "pool/ipc_state.h"
-#include "pool/pool.h"
+#include "pool/options.h"
 #include "pool/ptr_map.h"
+#include "pool/types.h"
 #include "vmm/segment.h"
+#include "xsalloc/types.h"
 
 /* PyTorch's constants. */
 #define XSA_MIN_BLOCK_SIZE ((size_t)512)
@@ -241,181 +252,5 @@ static inline void xsa_pool_give_back(xsa_pool *p, xsa_block *b) {
     xsa_stats_sub(p->stats.requested_bytes, kind, (int64_t)b->requested);
     if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
 }
-
-
-/* Free-set membership with the inactive_split accounting it implies. */
-void xsa_pool_insert_free(xsa_pool *p, xsa_block *b);
-void xsa_pool_erase_free(xsa_pool *p, xsa_block *b);
-
-/* Returns a freed block (no pending events) to its pool, merging it with
- * free neighbours. */
-void xsa_pool_free_block(xsa_pool *p, xsa_block *b);
-/* The events of freed block b have completed (xsa_block_done_fn, ctx the
- * pool): it returns to the cache unless IPC exports still pin it. */
-void xsa_pool_block_done(void *ctx, xsa_block *b);
-
-/* Removes block `gone` (a free or unmapped neighbour of keep, like it in
- * mapping) and extends keep over it. */
-void xsa_pool_absorb(xsa_pool *p, xsa_block *keep, xsa_block *gone);
-/* A new record for the first `size` bytes of b, linked before it; b's own
- * extent is the caller's to shrink. NULL if out of host memory. */
-xsa_block *xsa_pool_new_front(xsa_pool *p, xsa_block *b, size_t size);
-/* Splits a new block of `size` bytes off the start of b (not in a free
- * set); NULL if out of host memory. */
-xsa_block *xsa_pool_carve_front(xsa_pool *p, xsa_block *b, size_t size);
-
-/* Sets seg->first if b has become the segment's first block. */
-static inline void xsa_fix_first(xsa_block *b) {
-    if (!b->prev) b->seg->first = b;
-}
-
-/* mempool.c: memory pool records and routing (core: calls only free sets). */
-/* The memory pool of id, or NULL; the global one for {0, 0}. */
-xsa_mempool *xsa_mempool_find(xsa_pool *p, xsa_mempool_id id);
-/* A new memory pool record with use_count 1; NULL if out of host memory. */
-xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id);
-/* Unlinks and frees a memory pool that has no segment left. */
-void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp);
-/* Does a block of mp's segments hold memory in use? (A scan: asked only
- * of released pools, so that the hot paths keep no count.) */
-bool xsa_mempool_in_use(const xsa_pool *p, const xsa_mempool *mp);
-/* The memory pool an allocation on `stream` goes to (routes are set). */
-xsa_mempool *xsa_mempool_route(xsa_pool *p, xsa_stream stream);
-/* The route to mp, or -1. */
-int xsa_mempool_route_index(const xsa_pool *p, const xsa_mempool *mp);
-/* Adds a route (false if out of host memory) / removes route i. */
-bool xsa_mempool_add_route(xsa_pool *p, xsa_mempool *mp, xsa_stream_filter filter, void *ctx, bool capture);
-void xsa_mempool_remove_route(xsa_pool *p, int i);
-/* Released memory pool mp had a block freed during a capture: every pool
- * capturing now keeps mp's memory until it is released itself. False if
- * out of host memory (the holds taken so far stay). */
-bool xsa_mempool_keep(xsa_pool *p, xsa_mempool *mp);
-/* Pool mp was released: it keeps no other pool's memory any more. The
- * pools it kept are returned through release (may be NULL), one call each. */
-void xsa_mempool_drop_kept(xsa_pool *p, xsa_mempool *mp, void (*release)(xsa_pool *p, xsa_mempool *kept));
-/* Queues b (freed during capture, with uses on other streams) for its
- * events; false if out of host memory, b unchanged. */
-bool xsa_mempool_defer(xsa_pool *p, xsa_block *b);
-/* Frees every record (pool teardown; the segments are gone). */
-void xsa_mempool_destroy_all(xsa_pool *p);
-
-static inline bool xsa_mempool_is_global(const xsa_pool *p, const xsa_mempool *mp) { return mp == &p->global; }
-/* Released (use_count 0): no new use may route to it. */
-static inline bool xsa_mempool_released(const xsa_mempool *mp) { return mp->use_count == 0; }
-/* Released and kept by no pool in use: its free memory may go back to the device. */
-static inline bool xsa_mempool_freeable(const xsa_mempool *mp) { return mp->use_count == 0 && mp->holds == 0; }
-
-/* pages.c */
-/* Unmaps the whole pages inside free block b, splitting it around them. */
-xsa_pool_status xsa_pages_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
-/* Destroys an expandable segment with no mapped page. If the driver refuses
- * to free its reservation, the segment stays (empty) and false is returned:
- * the next release tries again. */
-bool xsa_pages_destroy_segment(xsa_pool *p, xsa_seg *s);
-/* The accounting of pages that segment s gained (sign +1) or lost (-1),
- * called after the change: `moved` between segments, `created` new or
- * released (device allocations and frees). */
-void xsa_pages_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign);
-/* Makes pages [lo, hi) of free block b a block of their own (b, out of the
- * free set); the rest of b stays free around it. Host OOM leaves b as it was. */
-xsa_pool_status xsa_pages_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintptr_t hi, char *err, size_t errlen);
-/* Puts b (mapped, not in use, out of the free set) back in the cache,
- * merged with free neighbours. */
-void xsa_pages_return_free(xsa_pool *p, xsa_block *b);
-/* The largest range of pages [*first, *end) of whole chunks inside free
- * block b; false if there is none. */
-bool xsa_pages_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end);
-/* Merges unmapped block u with unmapped neighbours. */
-void xsa_pages_merge_unmapped(xsa_pool *p, xsa_block *u);
-
-/* expand.c */
-xsa_pool_status xsa_expand_alloc(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
-                                 xsa_block **out, char *err, size_t errlen);
-
-/* stats.c: the highest allocated bytes seen, peak resets notwithstanding. */
-int64_t xsa_pool_allocated_high(const xsa_pool *p);
-
-/* recycle.c: how many of the `pages` new pages a growth for a request of
- * `size` bytes should take from recycling (the page_recycling_headroom rule). */
-size_t xsa_recycle_pages_wanted(const xsa_pool *p, size_t size, size_t pages);
-/* A new chunk holds at most 1/XSA_HEADROOM_PER_CHUNK of the headroom. */
-#define XSA_HEADROOM_PER_CHUNK 8.0
-/* The most pages of any chunk the pool creates (expandable_handle_mb),
- * and the pages of each new chunk of a growth for a request of `size`
- * bytes (the handle-size rule, design in recycle.c). */
-size_t xsa_recycle_max_chunk_pages(const xsa_pool *p);
-size_t xsa_recycle_new_chunk_pages(const xsa_pool *p, size_t size);
-/* Moves whole free chunks of the pool's expandable segments (never from
- * `keep1`/`keep2`, the free blocks around the growth point) to segment
- * `target` while fewer than `pages` pages are taken, and at most `limit`
- * pages (a chunk that would pass it is left): the chunks go to
- * chunks[0..*n_chunks) (room for `limit`) for target to map, their old
- * addresses drain. Returns how many pages. */
-size_t xsa_recycle_take(xsa_pool *p, const xsa_seg *target, const xsa_block *keep1, const xsa_block *keep2,
-                        size_t pages, size_t limit, xsa_chunk *chunks, size_t *n_chunks);
-/* A miss of `size` bytes (block size) on `stream` that would move pages:
- * hands over the stream's blocks freed with record_stream (their stream
- * waits for the other streams' work on the GPU) that, with the free
- * blocks between and around them, make the smallest free block that holds
- * the request with less than a page left. True if one was handed over
- * whole: the free set has it. */
-bool xsa_recycle_hand_over_fit(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size);
-/* Undoes the takes since the drain list's head was `mark` (the growth that
- * took them failed): the pages are free blocks of their segments again. */
-void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);
-/* Unmaps the old addresses whose queued work has completed; with wait,
- * waits for all of them first. Returns the first driver error (the drain
- * stays, to be tried again). */
-xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait);
-/* Pool teardown: unmaps every old address without waiting. */
-void xsa_recycle_destroy(xsa_pool *p);
-
-/* sweep.c: a new sweep (drains 0) over the streams of p's segments, or
- * NULL (host memory or a driver call refused: nothing recorded); whether
- * it has completed (XSA_CU_SUCCESS; with wait, waits for it first); one
- * drain less waiting on it (freed at none). */
-xsa_sweep *xsa_sweep_record(xsa_pool *p);
-xsa_cu_result xsa_sweep_wait(xsa_pool *p, xsa_sweep *w, bool wait);
-/* Waits for the work queued on every stream of p's segments. */
-xsa_cu_result xsa_sweep_synchronize(xsa_pool *p);
-void xsa_sweep_drop(xsa_pool *p, xsa_sweep *w);
-
-/* ipc.c: whether exportable pages work on the device (attribute and a
- * trial cuMemCreate); drops the exports seen closed or revoked, returning
- * freed blocks they pinned to the cache; revokes and forgets them all. */
-bool xsa_ipc_probe(xsa_pool *p);
-void xsa_ipc_poll(xsa_pool *p);
-void xsa_ipc_destroy(xsa_pool *p);
-
-/* peer.c: grants every device that can access p's device (peer_access). */
-xsa_pool_status xsa_peer_enable_all(xsa_pool *p, char *err, size_t errlen);
-
-/* release.c */
-xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen);
-bool xsa_release_available(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size);
-/* Released memory pool mp gives its free memory back, and its record once
- * it has no segment (not while a capture is under way). */
-xsa_pool_status xsa_release_mempool(xsa_pool *p, xsa_mempool *mp, char *err, size_t errlen);
-void xsa_garbage_collect(xsa_pool *p);
-/* Frees free unsplit classic block b's segment; on a driver error nothing changes. */
-xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b);
-
-/* New segments: records of (memory pool, kind, stream), with the stream
- * attached to the memory pool's free set (NULL if out of host memory, err set), their release when the
- * driver call failed (the status to return), and the segment filled in as
- * one block covering it and linked (xsa_pool_drop_segment ends it). */
-xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, xsa_block **b,
-                              char *err, size_t errlen);
-xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
-                                        char *err, size_t errlen);
-void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size);
-
-/* Segment list. drop is the end of a linked segment's record: out of the
- * list, its stream detached from the free set, freed (its blocks are gone). */
-void xsa_pool_link_segment(xsa_pool *p, xsa_seg *s);
-void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s);
-
-/* Writes "<call> failed: <driver's text>" into err. */
-void xsa_pool_driver_error(xsa_pool *p, const char *call, xsa_cu_result r, char *err, size_t errlen);
 
 #endif

@@ -1,7 +1,9 @@
 /* pool/stats: reading and resetting the stats (updates are inline in state.h). */
-#include "pool/state.h"
+#include "pool/stats.h"
 
 #include <string.h>
+
+#include "pool/state.h"
 
 #define N_ARRAYS 9
 

@@ -14,7 +14,7 @@
  * record_stream'd block is reusable at once after its free), as on a real
  * GPU with no kernels queued: both drivers then replay the same allocator
  * decisions. At lag N > 0 (simulated driver only) the GPU runs N trace
- * events behind the CPU (include/xsalloc/sim.h), and the replay plays the program's
+ * events behind the CPU (xsalloc/sim.h), and the replay plays the program's
  * kernels: each event is one tick; an allocation is written by a kernel on
  * its stream; a record_stream line orders the other stream after the
  * tensor's last use (an event recorded where it was last used, a

@@ -17,7 +17,7 @@
 xsa_driver *xsa_driver_cuda(char *err, size_t errlen);
 
 /*
- * The calling thread's CUDA context across a call (include/xsalloc/pytorch.h
+ * The calling thread's CUDA context across a call (xsalloc/pytorch.h
  * keeps it): after watch, the first time the real driver makes a device's
  * primary context current it remembers the context the thread had, and
  * restore makes that one current again and ends the watch. A call that

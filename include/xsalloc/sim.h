@@ -101,7 +101,7 @@
 
 #define XSA_SIM_MAX_DEVICES 8
 
-/* Exported by the shared library like the API (include/xsalloc/xsalloc.h): tests
+/* Exported by the shared library like the API (xsalloc/xsalloc.h): tests
  * drive the simulated driver through it. */
 #ifndef XSA_API
 #define XSA_API __attribute__((visibility("default")))

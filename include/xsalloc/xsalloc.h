@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xsalloc/types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -101,42 +103,8 @@ XSA_API xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size)
 /* Caps reserved memory on `device` at fraction * device total (0 < f <= 1). */
 XSA_API xsa_status xsa_set_memory_fraction(double fraction, int device);
 
-/* One statistic, as in PyTorch's Stat. */
-typedef struct xsa_stat {
-    int64_t current, peak, allocated, freed;
-} xsa_stat;
-
-enum { XSA_STAT_ALL = 0, XSA_STAT_SMALL_POOL = 1, XSA_STAT_LARGE_POOL = 2, XSA_STAT_TYPES = 3 };
-
-/* PyTorch's DeviceStats, same names and definitions. Arrays are indexed by
- * XSA_STAT_ALL / XSA_STAT_SMALL_POOL / XSA_STAT_LARGE_POOL. */
-typedef struct xsa_device_stats {
-    xsa_stat allocation[XSA_STAT_TYPES];           /* blocks handed out */
-    xsa_stat segment[XSA_STAT_TYPES];              /* segments (expandable: mapped extents) */
-    xsa_stat active[XSA_STAT_TYPES];               /* allocated or pending-free blocks */
-    xsa_stat inactive_split[XSA_STAT_TYPES];       /* free blocks inside partly used classic segments
-                                                    * (PyTorch leaves expandable ones out: their free
-                                                    * pages can always be released) */
-    xsa_stat allocated_bytes[XSA_STAT_TYPES];
-    xsa_stat reserved_bytes[XSA_STAT_TYPES];
-    xsa_stat active_bytes[XSA_STAT_TYPES];
-    xsa_stat inactive_split_bytes[XSA_STAT_TYPES];
-    xsa_stat requested_bytes[XSA_STAT_TYPES];
-    int64_t num_alloc_retries;
-    int64_t num_ooms;
-    int64_t num_sync_all_streams;
-    int64_t num_device_alloc;
-    int64_t num_device_free;
-    xsa_stat oversize_allocations;
-    xsa_stat oversize_segments;
-    int64_t max_split_size;
-    /* xsalloc's own: pages mapped/unmapped by expandable segments, and pages
-     * moved between segments by page recycling. */
-    int64_t num_pages_mapped;
-    int64_t num_pages_unmapped;
-    int64_t num_pages_recycled;
-} xsa_device_stats;
-
+/* The device's statistics: PyTorch's DeviceStats (xsa_device_stats,
+ * xsalloc/types.h), same names and definitions. */
 XSA_API xsa_status xsa_get_stats(int device, xsa_device_stats *stats);
 XSA_API xsa_status xsa_reset_peak_stats(int device);
 XSA_API xsa_status xsa_reset_accumulated_stats(int device);
@@ -156,9 +124,6 @@ XSA_API xsa_status xsa_reset_accumulated_stats(int device);
  * pool's memory counts in the device's stats (reserved, allocated...) as
  * PyTorch counts it, and snapshots name each segment's pool
  * (segment_pool_id). */
-typedef struct xsa_mempool_id {
-    uint64_t first, second;
-} xsa_mempool_id;
 
 /* Creates the pool `id` on `device` with a use count of 1, or adds a use
  * to an existing one (PyTorch's createOrIncrefPool). A released pool
@@ -176,9 +141,6 @@ XSA_API xsa_status xsa_mempool_create(int device, xsa_mempool_id id);
  * dropped all the same (xsa_empty_cache tries again).
  * XSA_ERROR_INVALID_VALUE if the pool does not exist or is released. */
 XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);
-
-/* Says whether an allocation on `stream` goes to the pool. */
-typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
 
 /* PyTorch's beginAllocateToPool: creates pool `id` or adds a use to it, then
  * routes the allocations on `device` from streams that filter(ctx, stream)
@@ -212,30 +174,12 @@ XSA_API xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *use
  * bring the pool back to the state it had after an earlier graph: the
  * blocks live then are allocated again (the replayed outputs still alive
  * live there), everything else in the pool is free. */
-typedef struct xsa_live_block {
-    void *ptr;
-    size_t size;      /* the block's size (the request rounded, as snapshots show it) */
-    size_t requested; /* the size asked for (requested_bytes) */
-    void *stream;     /* the stream it was allocated on */
-} xsa_live_block;
 
 /* The allocated blocks of pool `id`, in address order: *blocks (NULL when
  * *n is 0; free with xsa_free_buffer). Freed blocks still waiting for
  * record_stream events or IPC importers are not live.
  * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool that does not exist. */
 XSA_API xsa_status xsa_mempool_checkpoint(int device, xsa_mempool_id id, xsa_live_block **blocks, size_t *n);
-
-/* What a restore changed: the pool's allocations it freed (allocated and
- * not in the set) and the blocks of the set it allocated (the others were
- * allocated already, at the same address and size: they stay allocated,
- * only their requested size becomes the set's). Free the arrays with
- * xsa_restore_delta_free. */
-typedef struct xsa_restore_delta {
-    void **freed;
-    size_t n_freed;
-    void **allocated;
-    size_t n_allocated;
-} xsa_restore_delta;
 
 /* Brings pool `id` back to the live blocks live[0..n) (any order, e.g. a
  * checkpoint): the pool's allocations not in the set are freed (as
@@ -309,25 +253,6 @@ XSA_API xsa_status xsa_enable_peer_access(int device, int peer);
  *  until the exporter's xsa_shutdown. To share a block with N processes,
  *  export it N times. A handle that was already imported, closed or revoked,
  *  or whose exporter shut down, is refused as stale. */
-#define XSA_IPC_MAX_PAGES 1024 /* pages per handle: 2 GiB of 2 MiB pages */
-
-typedef struct xsa_ipc_handle {
-    uint32_t magic;          /* XSA_IPC_MAGIC */
-    uint32_t version;        /* XSA_IPC_VERSION */
-    uint64_t export_id;      /* unique per export (exporter's pid and a counter) */
-    int32_t device;          /* exporter's device, in the exporter's numbering */
-    int32_t n_pages;         /* pages of all its physical handles */
-    uint64_t page_size;
-    uint64_t offset;         /* block start past the first physical handle's start */
-    uint64_t size;           /* block size */
-    int32_t state_fd;        /* the shared state word's memfd, in this process */
-    int32_t n_handles;       /* physical handles, in address order */
-    int32_t fds[XSA_IPC_MAX_PAGES];      /* one per physical handle, in this process; -1 past n_handles */
-    uint32_t pages[XSA_IPC_MAX_PAGES];   /* pages of each physical handle; 0 past n_handles */
-} xsa_ipc_handle;
-
-#define XSA_IPC_MAGIC 0x78736169u /* "xsai" */
-#define XSA_IPC_VERSION 2u
 
 /* Exports the live block at `ptr` (the pointer xsa_malloc returned).
  * XSA_ERROR_NOT_SUPPORTED if IPC is off or the block is classic;
@@ -534,28 +459,6 @@ XSA_API void xsa_set_trace_tag(uint64_t tag);
 typedef void (*xsa_trace_fn)(int device, const xsa_history_entry *entry, void *user);
 XSA_API xsa_status xsa_set_trace_callback(xsa_trace_fn fn, void *user);
 
-typedef enum xsa_snap_state { XSA_SNAP_ALLOCATED, XSA_SNAP_PENDING_FREE, XSA_SNAP_INACTIVE } xsa_snap_state;
-
-typedef struct xsa_snap_block {
-    uintptr_t addr;
-    size_t size;
-    size_t requested;        /* 0 unless allocated or pending free */
-    xsa_snap_state state;
-} xsa_snap_block;
-
-/* A segment as PyTorch reports it: a cuMemAlloc'd segment, or one mapped
- * run of an expandable segment. */
-typedef struct xsa_snap_segment {
-    uintptr_t addr;
-    size_t total_size, allocated_size, active_size, requested_size;
-    void *stream;
-    xsa_mempool_id pool_id;  /* its memory pool; {0, 0}: the device's own cache */
-    bool large;
-    bool expandable;
-    uintptr_t reservation;   /* base of the expandable range holding it; addr if classic */
-    size_t first_block, n_blocks; /* its blocks in the snapshot's blocks */
-} xsa_snap_segment;
-
 /* One device's segments in address order, each with its blocks in address
  * order, and its recorded events, oldest first (none unless recording was
  * on). Free with xsa_device_snapshot_free. */
@@ -583,7 +486,6 @@ typedef struct xsa_settings {
 } xsa_settings;
 XSA_API xsa_status xsa_get_settings(xsa_settings *out);
 XSA_API void xsa_device_snapshot_free(xsa_device_snapshot *snap);
-
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /*
  * xsalloc as torch's CUDA allocator: c10::cuda::CUDACachingAllocator's
- * CUDAAllocator interface over xsalloc's C API (include/xsalloc/xsalloc.h,
- * include/xsalloc/pytorch.h), the one C++ file of the project.
+ * CUDAAllocator interface over xsalloc's C API (xsalloc/xsalloc.h,
+ * xsalloc/pytorch.h), the one C++ file of the project.
  *
  * Design: xsalloc.torch.use() compiles this file once as a torch C++
  * extension against the torch that is installed (cached by torch), links it

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The shared library exports exactly the functions the public headers mark
-# XSA_API (include/xsalloc/xsalloc.h, include/xsalloc/pytorch.h, include/xsalloc/sim.h): a public name missing
+# XSA_API (xsalloc/xsalloc.h, xsalloc/pytorch.h, xsalloc/sim.h): a public name missing
 # fails at run time in Python or PyTorch, an internal one leaking could
 # clash in the process and keeps calls inside the library indirect.
 #   bazel test //tests:exports_test   ($1: libxsalloc.so, then the headers)

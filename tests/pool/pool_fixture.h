@@ -12,7 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool/capture.h"
+#include "pool/check.h"
+#include "pool/checkpoint.h"
+#include "pool/info.h"
 #include "pool/pool.h"
+#include "pool/snapshot.h"
+#include "pool/stats.h"
 #include "xsalloc/sim.h"
 
 #define KiB ((size_t)1 << 10)

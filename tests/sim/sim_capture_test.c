@@ -1,5 +1,5 @@
 /*
- * sim_capture_test: stream capture on the simulated driver (include/xsalloc/sim.h):
+ * sim_capture_test: stream capture on the simulated driver (xsalloc/sim.h):
  * captures and their ids, work becoming graph nodes with dependencies,
  * streams joining through events, the calls that invalidate a capture, the
  * end-of-capture errors, and graph replay on the timeline with its

@@ -1,5 +1,5 @@
 /*
- * sim_timeline_test: the simulated driver's GPU timeline (include/xsalloc/sim.h): the
+ * sim_timeline_test: the simulated driver's GPU timeline (xsalloc/sim.h): the
  * lag, the clock that synchronization moves, kernels, and the violations a
  * real GPU punishes (unmap under a running kernel, races between streams,
  * launches on unmapped memory).

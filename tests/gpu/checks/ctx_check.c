@@ -1,5 +1,5 @@
 /*
- * ctx_check: the PyTorch entry points (include/xsalloc/pytorch.h) leave the calling
+ * ctx_check: the PyTorch entry points (xsalloc/pytorch.h) leave the calling
  * thread's current CUDA context as they found it, on the real driver.
  * Built with gcc on the GPU machine by run_ctx_check.sh (no Bazel there).
  *

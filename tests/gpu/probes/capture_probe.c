@@ -11,7 +11,7 @@
  * queued), and the two lists of results are printed side by side:
  * `capture <case>: cuda <codes> sim <codes>`, with MISMATCH where they
  * differ. The simulator's capture rules are partly CUDA's documentation
- * read strictly (include/xsalloc/sim.h); a mismatch says which rule to correct. Exits
+ * read strictly (xsalloc/sim.h); a mismatch says which rule to correct. Exits
  * 1 on any mismatch, 0 otherwise; without a GPU only the simulated column
  * is printed. Every case ends its capture and frees what it made.
  */
