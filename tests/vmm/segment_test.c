@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "vmm/segment.h"
 #include "vmm/driver_cuda.h"
+#include "vmm/segment.h"
 #include "xsalloc/sim.h"
 
 static xsa_driver *real;     /* the driver under test */
