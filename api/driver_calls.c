@@ -10,8 +10,8 @@
  */
 #include <stdio.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
 #include "vmm/driver.h"
 #include "xsalloc/xsalloc.h"
 

@@ -27,6 +27,7 @@
  * next chunk's data on a stream socket, and it replaces the fd fields.
  */
 #include "api/ipc.h"
+#include "api/ipc_share.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -36,8 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
 #include "pool/ipc_state.h"
 #include "pool/peer.h"
 #include "vmm/segment.h"

@@ -23,4 +23,8 @@ const char *xsa_action_name(xsa_action a);
  * when empty). Call with the device's lock held. False if out of host memory. */
 bool xsa_history_copy(int device, xsa_history_entry **out, size_t *n);
 
+/* Forgets the rings, the hooks and the trace callback (xsa_shutdown, with
+ * no other call running). */
+void xsa_observe_shutdown(void);
+
 #endif

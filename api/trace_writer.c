@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
 #include "api/observe.h"
 
 /* The loader's bounds (trace/trace.h). */

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "api/config.h"
-#include "api/internal.h"
+#include "api/devices.h"
 #include "benchmarks/svg_plot.h"
 #include "benchmarks/trace_files.h"
 #include "trace/replay.h"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/internal.h"
+#include "api/devices.h"
 #include "vmm/driver.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"

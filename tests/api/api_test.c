@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "api/internal.h"
+#include "api/devices.h"
 #include "tests/api/api_fixture.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"

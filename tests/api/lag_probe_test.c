@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "api/internal.h"
+#include "api/devices.h"
 #include "api/lag_probe.h"
 #include "tests/api/api_fixture.h"
 #include "xsalloc/pytorch.h"

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "api/emit.h"
+#include "api/pickle.h"
 #include "tests/api/api_fixture.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"

@@ -17,7 +17,8 @@
 
 #include <cmocka.h>
 
-#include "api/internal.h"
+#include "api/devices.h"
+#include "api/summary.h"
 #include "tests/api/api_fixture.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "api/internal.h"
+#include "api/devices.h"
 #include "tests/api/api_fixture.h"
 #include "vmm/driver.h"
 #include "xsalloc/pytorch.h"

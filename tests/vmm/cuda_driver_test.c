@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "api/internal.h"
+#include "api/devices.h"
 #include "vmm/driver_cuda.h"
 #include "xsalloc/sim.h"
 
