@@ -237,3 +237,16 @@ void xsa_trace_free(xsa_trace *t) {
     free(t->events);
     memset(t, 0, sizeof *t);
 }
+
+void xsa_trace_name(const char *path, char *out, size_t len) {
+    const char *base = strrchr(path, '/');
+    snprintf(out, len, "%s", base ? base + 1 : path);
+    static const char *const exts[] = {".trace.gz", ".trace", ".gz"};
+    for (size_t i = 0; i < sizeof exts / sizeof *exts; i++) {
+        size_t n = strlen(out), e = strlen(exts[i]);
+        if (n > e && strcmp(out + n - e, exts[i]) == 0) {
+            out[n - e] = '\0';
+            return;
+        }
+    }
+}

@@ -54,4 +54,8 @@ int xsa_trace_parse(const char *name, const char *text, size_t len, xsa_trace *t
                     char *err, size_t errlen);
 void xsa_trace_free(xsa_trace *t);
 
+/* A trace's name from its path: "dir/gpt2_varlen.trace.gz" -> "gpt2_varlen"
+ * (".trace.gz", ".trace" or ".gz" taken off). */
+void xsa_trace_name(const char *path, char *out, size_t len);
+
 #endif
