@@ -33,7 +33,7 @@
 typedef struct device_slot {
     xsa_device_lock lock;
     xsa_pool *pool;          /* created on first use */
-    double pending_fraction; /* set before the pool existed; 0 = none */
+    double pending_fraction; /* set before the pool existed; < 0 = none (0 is a fraction) */
 } device_slot;
 
 static struct {
@@ -107,7 +107,7 @@ static xsa_status init_locked(const char *conf) {
         atomic_init(&g.slot[i].lock.state, 0);
         atomic_init(&g.slot[i].lock.sleepers, 0);
         g.slot[i].pool = NULL;
-        g.slot[i].pending_fraction = 0;
+        g.slot[i].pending_fraction = -1;
     }
     atomic_store_explicit(&g.ready, true, memory_order_release);
     return XSA_SUCCESS;
@@ -224,7 +224,7 @@ static xsa_status create_pool(int device) {
     device_slot *s = &g.slot[device];
     const char *warning = NULL;
     xsa_pool_options opt = g.config.pool;
-    if (s->pending_fraction > 0) opt.memory_fraction = s->pending_fraction;
+    if (s->pending_fraction >= 0) opt.memory_fraction = s->pending_fraction;
     xsa_pool_status ps = xsa_pool_create(&s->pool, g.drv, device, &opt, &warning, xsa_error_buffer(), XSA_ERROR_MAX);
     if (ps != XSA_POOL_OK) {
         s->pool = NULL;
@@ -404,8 +404,9 @@ xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest) {
 xsa_status xsa_set_memory_fraction(double fraction, int device) {
     xsa_status st = check_device("xsa_set_memory_fraction", device);
     if (st != XSA_SUCCESS) return st;
-    if (!(fraction > 0.0 && fraction <= 1.0))
-        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in (0, 1]", fraction, device);
+    /* PyTorch's range: 0 leaves no room for new device memory. */
+    if (!(fraction >= 0.0 && fraction <= 1.0))
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in [0, 1]", fraction, device);
     device_slot *s = &g.slot[device];
     xsa_device_lock_acquire(&s->lock);
     if (s->pool)

@@ -98,7 +98,10 @@ XSA_API xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *large
 /* The segment allocation (cuMemAlloc'd segment, or expandable range's mapped
  * extent) containing `ptr`: its base and size. */
 XSA_API xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size);
-/* Caps reserved memory on `device` at fraction * device total (0 < f <= 1). */
+/* Caps reserved memory on `device` at fraction * device total (0 <= f <= 1,
+ * PyTorch's range). At 0 no new device memory can be had: a request the
+ * cache cannot serve fails with XSA_ERROR_OUT_OF_MEMORY (after the cache is
+ * released, as any miss at the cap), as in PyTorch. */
 XSA_API xsa_status xsa_set_memory_fraction(double fraction, int device);
 
 /* One statistic, as in PyTorch's Stat. */

@@ -204,7 +204,7 @@ static void run_op(input *in) {
     }
     case 4: xsa_empty_cache(); break; /* may fail on an armed fault */
     case 5: if (op & 8) xsa_sim_complete_all(); else xsa_sim_complete_stream(stream_of(op >> 4)); break;
-    case 6: check(xsa_set_memory_fraction((next(in) % 16 + 1) / 16.0, 0) == XSA_SUCCESS, "set_memory_fraction"); break;
+    case 6: check(xsa_set_memory_fraction((next(in) % 17) / 16.0, 0) == XSA_SUCCESS, "set_memory_fraction"); break;
     case 7: {
         uint8_t e = next(in), n = next(in);
         xsa_driver_entry entry = (xsa_driver_entry)(e % XSA_DRV_COUNT);

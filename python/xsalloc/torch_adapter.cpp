@@ -448,11 +448,11 @@ class Adapter final : public CCA::CUDAAllocator {
       return p;
     }
     std::string why = last_error();
-    if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, size, why);
+    if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, why);
     fail("allocating " + std::to_string(size) + " bytes on device " + std::to_string(int(device)) + ": " + why);
   }
 
-  [[noreturn]] void out_of_memory(c10::DeviceIndex device, size_t size, const std::string& why) {
+  [[noreturn]] void out_of_memory(c10::DeviceIndex device, const std::string& why) {
     size_t free = 0, total = 0;
     {
       c10::cuda::CUDAGuard guard(device);
@@ -466,9 +466,9 @@ class Adapter final : public CCA::CUDAAllocator {
       observers = oom_observers_;
     }
     for (auto& o : observers) o(device, allocated, total, free);
-    fail<c10::OutOfMemoryError>("CUDA out of memory. Tried to allocate " + std::to_string(size) + " bytes on device " +
-                                std::to_string(int(device)) + ". " + why +
-                                " Free cached memory with torch.cuda.empty_cache() or try a smaller size.");
+    // xsalloc's report is PyTorch's message, then xsalloc's detail (pool.c):
+    // thrown as it is, so torch's text and xsa_last_error() are the same.
+    throw c10::OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, why);
   }
 
   Context gather() {

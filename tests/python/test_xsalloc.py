@@ -518,7 +518,8 @@ class FakeCupyTest(SimTestCase):
                     cupy.cuda.allocator(40 * MiB)
             finally:
                 gc.enable()
-            self.assertIn("xsalloc:", str(cm.exception))
+            self.assertIn("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of",
+                          str(cm.exception))
             del held
             gc.collect()
 
