@@ -115,7 +115,9 @@ enum { XSA_STAT_ALL = 0, XSA_STAT_SMALL_POOL = 1, XSA_STAT_LARGE_POOL = 2, XSA_S
  * XSA_STAT_ALL / XSA_STAT_SMALL_POOL / XSA_STAT_LARGE_POOL. */
 typedef struct xsa_device_stats {
     xsa_stat allocation[XSA_STAT_TYPES];           /* blocks handed out */
-    xsa_stat segment[XSA_STAT_TYPES];              /* segments (expandable: mapped extents) */
+    xsa_stat segment[XSA_STAT_TYPES];              /* cuMemAlloc'd (classic) segments; as in PyTorch,
+                                                    * expandable segments never count: their pages
+                                                    * count in reserved_bytes and num_device_alloc */
     xsa_stat active[XSA_STAT_TYPES];               /* allocated or pending-free blocks */
     xsa_stat inactive_split[XSA_STAT_TYPES];       /* free blocks inside partly used classic segments
                                                     * (PyTorch leaves expandable ones out: their free
