@@ -16,8 +16,9 @@ be built (no C++ compiler, say), use() falls back to
 torch.cuda.memory.CUDAPluggableAllocator over the library's xsa_torch_*
 entry points, with one warning naming what is lost; that interface has no
 statistics hooks, so use() then points torch.cuda's statistics functions
-(memory_stats and everything built on it; the reset functions) at xsalloc's
-(patch_torch_stats). XSALLOC_TORCH_ADAPTER=0 (or use(adapter=False)) asks
+(memory_stats and everything built on it; the reset functions) and
+torch.accelerator's (which find the allocator registered with c10, never
+the pluggable one) at xsalloc's (patch_torch_stats). XSALLOC_TORCH_ADAPTER=0 (or use(adapter=False)) asks
 for the pluggable path. torch's allocator can only be swapped before CUDA
 is initialised; use() checks that first and says so.
 """
@@ -156,6 +157,34 @@ def _patch_torch_stats(torch):
                      ("reset_accumulated_memory_stats", reset_accumulated_memory_stats)):
         setattr(mem, name, fn)
         setattr(torch.cuda, name, fn)
+    _patch_accelerator_stats(torch)
+
+
+def _patch_accelerator_stats(torch):
+    """torch.accelerator's memory API (torch 2.8 and later): memory_allocated,
+    max_memory_reserved... read memory_stats in torch.accelerator.memory's
+    globals at call time; it and the reset and empty_cache functions are
+    re-exported by torch.accelerator."""
+    acc = getattr(torch, "accelerator", None)
+    mem = getattr(acc, "memory", None)
+    if mem is None or not hasattr(mem, "memory_stats"):
+        return
+
+    def memory_stats(device_index=None, /):
+        return xsalloc.memory_stats(_device_index(device_index))
+
+    def reset_peak_memory_stats(device_index=None, /):
+        xsalloc.reset_peak_memory_stats(_device_index(device_index))
+
+    def reset_accumulated_memory_stats(device_index=None, /):
+        xsalloc.reset_accumulated_memory_stats(_device_index(device_index))
+
+    for name, fn in (("memory_stats", memory_stats), ("reset_peak_memory_stats", reset_peak_memory_stats),
+                     ("reset_accumulated_memory_stats", reset_accumulated_memory_stats),
+                     ("empty_cache", xsalloc.empty_cache)):
+        setattr(mem, name, fn)
+        if hasattr(acc, name):
+            setattr(acc, name, fn)
 
 
 def installed():

@@ -19,6 +19,7 @@
  */
 #include <pybind11/pybind11.h>
 
+#include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -31,6 +32,7 @@
 #include <cstdio>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -642,10 +644,19 @@ void free_block(void* ptr) {
 }
 
 // Makes the adapter torch's CUDA allocator (before CUDA is initialised).
+// torch.cuda reaches it through CUDACachingAllocator::get(), which
+// changeCurrentAllocator sets; torch.accelerator's memory API (memory_stats,
+// empty_cache, ...) through c10::GetAllocator(kCUDA) (getDeviceAllocator),
+// which it leaves at torch's own allocator, never initialised: the adapter
+// registers there too, at the highest priority, so that no registration of
+// torch's own (priority 0) can take the place back.
 void install() {
   require(!the_adapter, "the adapter is installed already");
   auto adapter = std::make_shared<Adapter>();
   torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(adapter);
+  c10::SetAllocator(c10::DeviceType::CUDA, adapter.get(), std::numeric_limits<uint8_t>::max());
+  require(c10::GetAllocator(c10::DeviceType::CUDA) == adapter.get(),
+          "c10::SetAllocator(kCUDA) kept another allocator: torch.accelerator's memory API would miss xsalloc");
   the_adapter = adapter;
 }
 

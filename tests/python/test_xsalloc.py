@@ -356,7 +356,36 @@ def fake_torch(cuda_initialized=False):
     memory.change_current_allocator = change_current_allocator
     cuda.memory = memory
     torch.cuda = cuda
+    torch.accelerator = fake_accelerator()
     return torch
+
+
+# torch.accelerator's memory API as torch 2.11 has it (torch/accelerator/memory.py):
+# the allocator c10 has registered, which torch's pluggable allocator never replaces.
+ACCELERATOR_MEMORY = """
+def memory_stats(device_index=None, /):
+    return {}
+def memory_allocated(device_index=None, /):
+    return memory_stats(device_index).get("allocated_bytes.all.current", 0)
+def max_memory_reserved(device_index=None, /):
+    return memory_stats(device_index).get("reserved_bytes.all.peak", 0)
+def reset_peak_memory_stats(device_index=None, /):
+    pass
+def reset_accumulated_memory_stats(device_index=None, /):
+    pass
+def empty_cache():
+    pass
+"""
+
+
+def fake_accelerator():
+    memory = types.ModuleType("torch.accelerator.memory")
+    exec(ACCELERATOR_MEMORY, memory.__dict__)
+    acc = types.SimpleNamespace(memory=memory)
+    for name in ("memory_stats", "memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
+                 "reset_accumulated_memory_stats", "empty_cache"):
+        setattr(acc, name, getattr(memory, name))
+    return acc
 
 
 class FakeTorchTest(SimTestCase):
@@ -450,6 +479,24 @@ class FakeTorchTest(SimTestCase):
             with captured_stderr() as err:
                 TORCH_POOL_CALL(hooks["set_end_allocate_to_pool_fn"])(0, graph)
             self.assertIn("xsa_torch_end_allocate_to_pool failed", err[0])
+
+    def test_pluggable_path_points_torch_accelerator_at_xsalloc(self):
+        with module_as("torch", fake_torch()) as torch:
+            alloc = xsalloc.torch.use(adapter=False)
+            acc = torch.accelerator
+            self.assertIn("active_bytes.all.current", acc.memory_stats(), "the name torch.accelerator re-exports too")
+            self.assertEqual(acc.memory.memory_allocated(), 0)
+            p = TORCH_MALLOC(alloc.fns[0])(3 * MiB, 0, None)
+            self.assertEqual(acc.memory.memory_allocated(), 3 * MiB, "built on memory_stats, looked up at call time")
+            self.assertEqual(acc.memory.memory_stats(0)["active_bytes.all.current"], 3 * MiB)
+            TORCH_FREE(alloc.fns[1])(p, 3 * MiB, 0, None)
+            self.assertEqual(self.stat("active_bytes.all.freed"), 3 * MiB)
+            acc.memory.reset_accumulated_memory_stats(None)
+            self.assertEqual(self.stat("active_bytes.all.freed"), 0)
+            acc.memory.empty_cache()
+            self.assertEqual(self.stat("reserved_bytes.all.current"), 0)
+            acc.memory.reset_peak_memory_stats(0)
+            self.assertEqual(acc.memory.max_memory_reserved(), 0)
 
     def test_conf_on_a_second_use_is_refused(self):
         with module_as("torch", fake_torch()):
