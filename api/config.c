@@ -622,6 +622,14 @@ const char *xsa_config_env(const char **text) {
     "per_process_memory_fraction, backend, or a "                                                          \
     "PyTorch compatibility key listed in api/CONFIG.md"
 
+_Static_assert(K_COUNT <= 64, "xsa_config.given has a bit per key");
+
+int xsa_config_gave(const xsa_config *cfg, const char *key) {
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i].name, key) == 0) return (cfg->given >> keys[i].id) & 1;
+    return 0;
+}
+
 int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen) {
     parser ps = {err, errlen};
     if (err && errlen > 0) err[0] = '\0';
@@ -693,6 +701,7 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
                         show(key).s, show(val).s, show(seen_key[id]).s, show(seen_val[id]).s);
         }
         seen[id] = true;
+        cfg.given |= (uint64_t)1 << id;
         seen_key[id] = key;
         seen_val[id] = val;
 

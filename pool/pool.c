@@ -94,6 +94,7 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
         destroy_empty(p);
         return XSA_POOL_DRIVER_ERROR;
     }
+    p->vmm = opt->expandable_segments ? (int8_t)(vmm != 0) : -1;
     p->expandable = opt->expandable_segments && vmm;
     p->ipc = p->expandable && opt->ipc_handles && xsa_ipc_probe(p);
     if (p->expandable && opt->peer_access) {
@@ -156,6 +157,12 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kin
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
     if (!b || b->stream != stream) return NULL;
+    if (__builtin_expect(b->seg->expandable && !p->expandable, 0)) {
+        /* Expandable segments turned off at run time: as in PyTorch, no
+         * request is placed in one any more (pool/settings.c). */
+        while (b && b->stream == stream && b->seg->expandable) b = xsa_free_set_next(set, b);
+        if (!b || b->stream != stream) return NULL;
+    }
     /* A later block (never smaller) can only win when b could grow into
      * unmapped space after it. */
     while (b->seg->expandable && expandable_size(b) > b->size) {
