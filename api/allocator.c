@@ -491,6 +491,19 @@ xsa_status xsa_set_memory_fraction(double fraction, int device) {
     return xsa_ok();
 }
 
+xsa_status xsa_get_memory_fraction(int device, double *fraction) {
+    if (!fraction) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_memory_fraction: fraction is NULL");
+    xsa_status st = check_device("xsa_get_memory_fraction", device);
+    if (st != XSA_SUCCESS) return st;
+    device_slot *s = &g.slot[device];
+    xsa_device_lock_acquire(&s->lock);
+    *fraction = s->pool                    ? xsa_pool_memory_fraction(s->pool)
+                : s->pending_fraction >= 0 ? s->pending_fraction
+                                           : g.config.pool.memory_fraction;
+    xsa_device_lock_release(&s->lock);
+    return xsa_ok();
+}
+
 xsa_status xsa_get_stats(int device, xsa_device_stats *stats) {
     if (!stats) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_stats: stats is NULL");
     xsa_status st = check_device("xsa_get_stats", device);

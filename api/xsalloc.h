@@ -103,6 +103,9 @@ XSA_API xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size)
  * cache cannot serve fails with XSA_ERROR_OUT_OF_MEMORY (after the cache is
  * released, as any miss at the cap), as in PyTorch. */
 XSA_API xsa_status xsa_set_memory_fraction(double fraction, int device);
+/* The fraction in use on `device`: the last one set, else the configured
+ * per_process_memory_fraction (1 by default). */
+XSA_API xsa_status xsa_get_memory_fraction(int device, double *fraction);
 
 /* One statistic, as in PyTorch's Stat. */
 typedef struct xsa_stat {

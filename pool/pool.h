@@ -85,6 +85,7 @@ void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest);
  * the mapped run of an expandable segment around ptr. */
 xsa_pool_status xsa_pool_base_allocation(xsa_pool *p, void *ptr, void **base, size_t *size);
 void xsa_pool_set_memory_fraction(xsa_pool *p, double fraction);
+double xsa_pool_memory_fraction(const xsa_pool *p);
 /* New options at run time (the API decides which may change: not
  * peer_access, ipc_handles nor handle_size; the memory fraction stays the
  * pool's own). Each applies from the next request on, as in PyTorch;

@@ -196,6 +196,29 @@ static void test_memory_fraction_zero(void **state) {
     INVARIANTS(1);
 }
 
+/* The fraction each device has: configured, then as set, before and
+ * after its pool exists (torch.cuda.get_per_process_memory_fraction). */
+static void test_memory_fraction_read_back(void **state) {
+    (void)state;
+    OK(xsa_init("per_process_memory_fraction:0.5"));
+    double f = -1;
+    OK(xsa_get_memory_fraction(0, &f));
+    assert_true(f == 0.5);
+    OK(xsa_set_memory_fraction(0.0, 0));
+    OK(xsa_get_memory_fraction(0, &f));
+    assert_true(f == 0.0);
+    void *p = NULL;
+    OK(xsa_malloc(&p, MiB, 1, NULL));
+    OK(xsa_get_memory_fraction(1, &f));
+    assert_true(f == 0.5);
+    OK(xsa_set_memory_fraction(0.75, 1));
+    OK(xsa_get_memory_fraction(1, &f));
+    assert_true(f == 0.75);
+    OK(xsa_free(p));
+    assert_int_equal(xsa_get_memory_fraction(2, &f), XSA_ERROR_INVALID_DEVICE);
+    assert_int_equal(xsa_get_memory_fraction(0, NULL), XSA_ERROR_INVALID_VALUE);
+}
+
 static void test_devices_are_separate(void **state) {
     (void)state;
     OK(xsa_init(NULL));
@@ -359,6 +382,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_oom_report_is_pytorchs_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_fraction_before_and_after_first_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_fraction_zero, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_fraction_read_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_devices_are_separate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_vmm_falls_back_to_classic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_returns_live_memory, setup, teardown),

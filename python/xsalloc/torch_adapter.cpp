@@ -144,22 +144,22 @@ class Adapter final : public CCA::CUDAAllocator {
 
   // ---- device state ----
   void init(int device_count) override {
+    (void)device_count;
     int count = 0;
     check("init", xsa_device_count(&count));
-    fractions_.assign(std::max(count, device_count), 1.0);
     initialized_ = true;
   }
   bool initialized() override { return initialized_; }
+  // xsalloc's fraction, which per_process_memory_fraction in its settings
+  // may have set before torch asked.
   double getMemoryFraction(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> g(mu_);
-    return device < (int)fractions_.size() ? fractions_[device] : 1.0;
+    double fraction = 1.0;
+    check("getMemoryFraction", xsa_get_memory_fraction(device, &fraction));
+    return fraction;
   }
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
     KeepDevice keep;
     check("setMemoryFraction", xsa_set_memory_fraction(fraction, device));
-    std::lock_guard<std::mutex> g(mu_);
-    if (device >= (int)fractions_.size()) fractions_.resize(device + 1, 1.0);
-    fractions_[device] = fraction;
   }
   void enable(bool value) override {
     require(value, "the allocator cannot be disabled; use torch's own allocator instead");
@@ -614,7 +614,6 @@ class Adapter final : public CCA::CUDAAllocator {
   }
 
   std::mutex mu_;
-  std::vector<double> fractions_;
   std::atomic<bool> initialized_{false};
   std::vector<CCA::OutOfMemoryObserver> oom_observers_;
   std::vector<CDA::AllocatorTraceTracker> trackers_;
