@@ -65,12 +65,6 @@ typedef struct merge_ctx {
     const char *fn;
 } merge_ctx;
 
-static bool bool_at(const xsa_pool_options *o, const char *key) {
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strcmp(keys[i].key, key) == 0) return *(const bool *)((const char *)o + keys[i].offset);
-    return false;
-}
-
 static xsa_status merge(const xsa_pool_options *current, xsa_pool_options *next, void *ctxp) {
     const merge_ctx *ctx = ctxp;
     *next = ctx->given->pool; /* given keys' values, defaults elsewhere */
@@ -85,7 +79,7 @@ static xsa_status merge(const xsa_pool_options *current, xsa_pool_options *next,
         if (keys[i].rule != RESET && !gave) memcpy(to, from, keys[i].size);
     }
     /* The rule config.c applies to one string, across old and new. */
-    const char *needs = bool_at(next, "peer_access") ? "peer_access" : bool_at(next, "ipc_handles") ? "ipc_handles" : NULL;
+    const char *needs = next->peer_access ? "peer_access" : next->ipc_handles ? "ipc_handles" : NULL;
     if (needs && !next->expandable_segments)
         return xsa_fail(XSA_ERROR_NOT_SUPPORTED,
                         "%s: key 'expandable_segments' cannot be False while %s is True (it needs expandable "
