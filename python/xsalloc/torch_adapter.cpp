@@ -143,8 +143,7 @@ class Adapter final : public CCA::CUDAAllocator {
   }
 
   // ---- device state ----
-  void init(int device_count) override {
-    (void)device_count;
+  void init(int /*device_count: xsalloc counts its own*/) override {
     int count = 0;
     check("init", xsa_device_count(&count));
     initialized_ = true;
