@@ -11,6 +11,8 @@
  * reservation ranges (expandable segments, a lock-free search) name it, or
  * each pool is asked under its lock, the thread's current device first.
  * So no table is kept beside the pools' own maps on every malloc and free.
+ * Settings changed at run time (api/settings.c) are applied with init_lock
+ * and every device's lock held; init_lock guards what they change.
  * xsa_shutdown must not run concurrently with other calls.
  */
 #include <pthread.h>
@@ -33,7 +35,7 @@
 typedef struct device_slot {
     xsa_device_lock lock;
     xsa_pool *pool;          /* created on first use */
-    double pending_fraction; /* set before the pool existed; 0 = none */
+    double pending_fraction; /* set before the pool existed; < 0 = none (0 is a fraction) */
 } device_slot;
 
 static struct {
@@ -44,6 +46,11 @@ static struct {
     xsa_config config;
     const char *conf_source; /* see xsa_api_conf_source */
     char *conf_text;         /* a copy: the environment may change */
+    /* The strings given at run time (xsa_api_set_options), one copy of each,
+     * kept until xsa_shutdown as xsa_settings promises; the last. */
+    char **texts;
+    size_t n_texts;
+    const char *runtime_text;
     int devices;
     device_slot slot[XSA_MAX_DEVICES];
 } g = {.init_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -107,7 +114,7 @@ static xsa_status init_locked(const char *conf) {
         atomic_init(&g.slot[i].lock.state, 0);
         atomic_init(&g.slot[i].lock.sleepers, 0);
         g.slot[i].pool = NULL;
-        g.slot[i].pending_fraction = 0;
+        g.slot[i].pending_fraction = -1;
     }
     atomic_store_explicit(&g.ready, true, memory_order_release);
     return XSA_SUCCESS;
@@ -148,6 +155,9 @@ xsa_status xsa_shutdown(void) {
         atomic_store(&g.ready, false);
         free(g.conf_text);
         g.conf_text = NULL;
+        for (size_t i = 0; i < g.n_texts; i++) free(g.texts[i]);
+        free(g.texts);
+        g.texts = NULL, g.n_texts = 0, g.runtime_text = NULL;
         g.conf_source = NULL;
         g.drv = NULL;
         g.devices = 0;
@@ -224,7 +234,7 @@ static xsa_status create_pool(int device) {
     device_slot *s = &g.slot[device];
     const char *warning = NULL;
     xsa_pool_options opt = g.config.pool;
-    if (s->pending_fraction > 0) opt.memory_fraction = s->pending_fraction;
+    if (s->pending_fraction >= 0) opt.memory_fraction = s->pending_fraction;
     xsa_pool_status ps = xsa_pool_create(&s->pool, g.drv, device, &opt, &warning, xsa_error_buffer(), XSA_ERROR_MAX);
     if (ps != XSA_POOL_OK) {
         s->pool = NULL;
@@ -265,29 +275,93 @@ xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool
 
 void xsa_api_unlock(int device) { unlock_pool(device); }
 
-const xsa_pool_options *xsa_api_options(void) { return &g.config.pool; }
+void xsa_api_options(xsa_pool_options *out) {
+    pthread_mutex_lock(&g.init_lock);
+    *out = g.config.pool;
+    pthread_mutex_unlock(&g.init_lock);
+}
 
 const char *xsa_api_conf_source(const char **text) {
+    pthread_mutex_lock(&g.init_lock);
+    const char *source = g.conf_source;
     *text = g.conf_text;
-    return g.conf_source;
+    pthread_mutex_unlock(&g.init_lock);
+    return source;
+}
+
+const char *xsa_api_runtime_settings(void) {
+    pthread_mutex_lock(&g.init_lock);
+    const char *text = g.runtime_text;
+    pthread_mutex_unlock(&g.init_lock);
+    return text;
+}
+
+/* The kept copy of text (init_lock held): the same string given before, or
+ * a new copy; NULL if out of host memory. */
+static const char *keep_text(const char *text) {
+    for (size_t i = 0; i < g.n_texts; i++)
+        if (strcmp(g.texts[i], text) == 0) return g.texts[i];
+    char **grown = realloc(g.texts, (g.n_texts + 1) * sizeof *grown);
+    if (!grown) return NULL;
+    g.texts = grown;
+    if (!(g.texts[g.n_texts] = strdup(text))) return NULL;
+    return g.texts[g.n_texts++];
+}
+
+xsa_status xsa_api_change_options(xsa_options_merge merge, void *ctx, const char *text) {
+    xsa_status st = ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    pthread_mutex_lock(&g.init_lock);
+    xsa_pool_options next;
+    const char *kept = NULL;
+    st = merge(&g.config.pool, &next, ctx);
+    if (st == XSA_SUCCESS && !(kept = keep_text(text)))
+        st = xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_set_allocator_settings: out of host memory");
+    if (st != XSA_SUCCESS) {
+        pthread_mutex_unlock(&g.init_lock);
+        return st;
+    }
+    for (int d = 0; d < g.devices; d++) xsa_device_lock_acquire(&g.slot[d].lock);
+    /* Whether a device can map virtual memory is the one thing to ask, and
+     * the one step that can fail: asked of every pool before any changes. */
+    for (int d = 0; d < g.devices && st == XSA_SUCCESS; d++) {
+        xsa_pool *p = g.slot[d].pool;
+        if (p && next.expandable_segments) {
+            xsa_pool_status ps = xsa_pool_probe_vmm(p, xsa_error_buffer(), XSA_ERROR_MAX);
+            if (ps != XSA_POOL_OK) st = from_pool(ps);
+        }
+    }
+    for (int d = 0; d < g.devices && st == XSA_SUCCESS; d++) {
+        const char *warning = g.slot[d].pool ? xsa_pool_set_options(g.slot[d].pool, &next) : NULL;
+        if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", d, warning);
+    }
+    if (st == XSA_SUCCESS) {
+        g.config.pool = next;
+        g.runtime_text = kept;
+    }
+    for (int d = g.devices - 1; d >= 0; d--) xsa_device_lock_release(&g.slot[d].lock);
+    pthread_mutex_unlock(&g.init_lock);
+    return st == XSA_SUCCESS ? xsa_ok() : st;
 }
 
 xsa_status xsa_get_settings(xsa_settings *out) {
     if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_settings: out is NULL");
     xsa_status st = ensure_init();
     if (st != XSA_SUCCESS) return st;
+    pthread_mutex_lock(&g.init_lock);
     const xsa_pool_options *o = &g.config.pool;
     _Static_assert(sizeof out->roundup_power2_divisions == sizeof o->roundup_power2_divisions,
                    "xsa_settings carries every roundup interval");
     *out = (xsa_settings){
-        .source = g.conf_source,
-        .text = g.conf_text,
+        .source = g.runtime_text ? "xsa_set_allocator_settings" : g.conf_source,
+        .text = g.runtime_text ? g.runtime_text : g.conf_text,
         .expandable_segments = o->expandable_segments,
         .page_recycling = o->page_recycling,
         .max_split_size = o->max_split_size,
         .garbage_collection_threshold = o->garbage_collection_threshold,
     };
     memcpy(out->roundup_power2_divisions, o->roundup_power2_divisions, sizeof out->roundup_power2_divisions);
+    pthread_mutex_unlock(&g.init_lock);
     return xsa_ok();
 }
 
@@ -404,14 +478,28 @@ xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest) {
 xsa_status xsa_set_memory_fraction(double fraction, int device) {
     xsa_status st = check_device("xsa_set_memory_fraction", device);
     if (st != XSA_SUCCESS) return st;
-    if (!(fraction > 0.0 && fraction <= 1.0))
-        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in (0, 1]", fraction, device);
+    /* PyTorch's range: 0 leaves no room for new device memory. */
+    if (!(fraction >= 0.0 && fraction <= 1.0))
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in [0, 1]", fraction, device);
     device_slot *s = &g.slot[device];
     xsa_device_lock_acquire(&s->lock);
     if (s->pool)
         xsa_pool_set_memory_fraction(s->pool, fraction);
     else
         s->pending_fraction = fraction;
+    xsa_device_lock_release(&s->lock);
+    return xsa_ok();
+}
+
+xsa_status xsa_get_memory_fraction(int device, double *fraction) {
+    if (!fraction) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_memory_fraction: fraction is NULL");
+    xsa_status st = check_device("xsa_get_memory_fraction", device);
+    if (st != XSA_SUCCESS) return st;
+    device_slot *s = &g.slot[device];
+    xsa_device_lock_acquire(&s->lock);
+    *fraction = s->pool                    ? xsa_pool_memory_fraction(s->pool)
+                : s->pending_fraction >= 0 ? s->pending_fraction
+                                           : g.config.pool.memory_fraction;
     xsa_device_lock_release(&s->lock);
     return xsa_ok();
 }

@@ -50,7 +50,7 @@
  * max_non_split_rounding_mb      | integer >= 20 (MiB)             | 20       | pool.max_non_split_rounding (bytes)
  * roundup_power2_divisions       | N, or [MB:N,...,>:N] (below)    | all 0    | pool.roundup_power2_divisions[16]
  * garbage_collection_threshold   | number, 0 < x < 1               | 0 (off)  | pool.garbage_collection_threshold
- * per_process_memory_fraction    | number, 0 < x <= 1              | 1        | pool.memory_fraction
+ * per_process_memory_fraction    | number, 0 <= x <= 1             | 1        | pool.memory_fraction
  * backend                        | native                          | native   | accepted, nothing to set
  * large_segment_size_mb          | 20 only                         | 20       | accepted only at xsalloc's fixed 20 MiB
  * release_lock_on_cudamalloc     | True / False                    | False    | accepted and ignored (1)
@@ -93,9 +93,7 @@
  *     expandable_segments:False is an error (in either order), rather than
  *     a setting silently without effect.
  *
- * Deviations from PyTorch's ranges: per_process_memory_fraction:0 (PyTorch
- * accepts [0, 1]) is refused because it would make every allocation fail,
- * and it matches xsa_set_memory_fraction's (0, 1]; roundup_power2_divisions:0
+ * Deviations from PyTorch's ranges: roundup_power2_divisions:0
  * (single-value form, refused by PyTorch) is accepted and means "no
  * rounding", the default. max_split_size_mb / max_non_split_rounding_mb
  * values whose byte count overflows size_t are clamped to SIZE_MAX, i.e. "no
@@ -549,9 +547,9 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
         return 1;
     }
     case K_PER_PROCESS_MEMORY_FRACTION: {
-        const char *acc = "a number greater than 0 and at most 1, e.g. 0.5";
+        const char *acc = "a number from 0 to 1, e.g. 0.5 (0: no device memory at all)";
         if (!get_double(ps, key, val, acc, &x)) return 0;
-        if (!(x > 0.0 && x <= 1.0)) return bad_value(ps, key, val, "is out of range", acc);
+        if (!(x >= 0.0 && x <= 1.0)) return bad_value(ps, key, val, "is out of range", acc);
         o->memory_fraction = x;
         return 1;
     }
@@ -624,6 +622,14 @@ const char *xsa_config_env(const char **text) {
     "per_process_memory_fraction, backend, or a "                                                          \
     "PyTorch compatibility key listed in api/CONFIG.md"
 
+_Static_assert(K_COUNT <= 64, "xsa_config.given has a bit per key");
+
+int xsa_config_gave(const xsa_config *cfg, const char *key) {
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i].name, key) == 0) return (cfg->given >> keys[i].id) & 1;
+    return 0;
+}
+
 int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen) {
     parser ps = {err, errlen};
     if (err && errlen > 0) err[0] = '\0';
@@ -695,6 +701,7 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
                         show(key).s, show(val).s, show(seen_key[id]).s, show(seen_val[id]).s);
         }
         seen[id] = true;
+        cfg.given |= (uint64_t)1 << id;
         seen_key[id] = key;
         seen_val[id] = val;
 

@@ -98,8 +98,14 @@ XSA_API xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *large
 /* The segment allocation (cuMemAlloc'd segment, or expandable range's mapped
  * extent) containing `ptr`: its base and size. */
 XSA_API xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size);
-/* Caps reserved memory on `device` at fraction * device total (0 < f <= 1). */
+/* Caps reserved memory on `device` at fraction * device total (0 <= f <= 1,
+ * PyTorch's range). At 0 no new device memory can be had: a request the
+ * cache cannot serve fails with XSA_ERROR_OUT_OF_MEMORY (after the cache is
+ * released, as any miss at the cap), as in PyTorch. */
 XSA_API xsa_status xsa_set_memory_fraction(double fraction, int device);
+/* The fraction in use on `device`: the last one set, else the configured
+ * per_process_memory_fraction (1 by default). */
+XSA_API xsa_status xsa_get_memory_fraction(int device, double *fraction);
 
 /* One statistic, as in PyTorch's Stat. */
 typedef struct xsa_stat {
@@ -112,7 +118,9 @@ enum { XSA_STAT_ALL = 0, XSA_STAT_SMALL_POOL = 1, XSA_STAT_LARGE_POOL = 2, XSA_S
  * XSA_STAT_ALL / XSA_STAT_SMALL_POOL / XSA_STAT_LARGE_POOL. */
 typedef struct xsa_device_stats {
     xsa_stat allocation[XSA_STAT_TYPES];           /* blocks handed out */
-    xsa_stat segment[XSA_STAT_TYPES];              /* segments (expandable: mapped extents) */
+    xsa_stat segment[XSA_STAT_TYPES];              /* cuMemAlloc'd (classic) segments; as in PyTorch,
+                                                    * expandable segments never count: their pages
+                                                    * count in reserved_bytes and num_device_alloc */
     xsa_stat active[XSA_STAT_TYPES];               /* allocated or pending-free blocks */
     xsa_stat inactive_split[XSA_STAT_TYPES];       /* free blocks inside partly used classic segments
                                                     * (PyTorch leaves expandable ones out: their free
@@ -572,8 +580,10 @@ XSA_API xsa_status xsa_device_snapshot_take(int device, xsa_device_snapshot *out
 
 /* The settings in use (initialises if needed), with PyTorch's meanings:
  * where they came from (source: "XSALLOC_CONF", "PYTORCH_ALLOC_CONF",
- * "PYTORCH_CUDA_ALLOC_CONF", "xsa_init", or NULL when all are defaults) and
- * the string; strings stay valid until xsa_shutdown. */
+ * "PYTORCH_CUDA_ALLOC_CONF", "xsa_init", "xsa_set_allocator_settings" once
+ * they changed at run time, or NULL when all are defaults) and the last
+ * string given (PyTorch's last_allocator_settings); strings stay valid
+ * until xsa_shutdown. */
 typedef struct xsa_settings {
     const char *source, *text;
     bool expandable_segments, page_recycling;
@@ -582,6 +592,23 @@ typedef struct xsa_settings {
     size_t roundup_power2_divisions[16];
 } xsa_settings;
 XSA_API xsa_status xsa_get_settings(xsa_settings *out);
+
+/* Changes the settings at run time (initialises first if needed): PyTorch's
+ * _set_allocator_settings, which the torch adapter forwards here. The
+ * string has XSALLOC_CONF's syntax and keys and is checked the same way
+ * (XSA_ERROR_CONFIG, naming the key). As in PyTorch, max_split_size_mb,
+ * roundup_power2_divisions and garbage_collection_threshold return to
+ * their defaults when not given; other keys not given keep their values;
+ * a new value applies from the next request on, on every device:
+ * expandable_segments decides where new memory goes (memory already held
+ * stays where it is; with it False no request is placed in an expandable
+ * segment). peer_access, ipc_handles, expandable_handle_mb and
+ * per_process_memory_fraction are set when the pools are made: another
+ * value than the one in use fails with XSA_ERROR_NOT_SUPPORTED naming the
+ * key (as does expandable_segments:False while peer_access or ipc_handles
+ * is True); nothing changes on any failure. PyTorch keys xsalloc ignores
+ * are accepted and named on stderr once. api/CONFIG.md has the table. */
+XSA_API xsa_status xsa_set_allocator_settings(const char *conf);
 XSA_API void xsa_device_snapshot_free(xsa_device_snapshot *snap);
 
 

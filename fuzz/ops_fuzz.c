@@ -9,7 +9,8 @@
  * followed by argument bytes: malloc (size on a log scale, stream, slot),
  * free, record_stream, sharing a block as bytes and opening them here
  * (and granting device 1 access to device 0's memory while it is open),
- * empty_cache, completing simulated streams, a memory fraction, arming
+ * empty_cache, completing simulated streams, a memory fraction or
+ * settings changed at run time (expandable segments off and on, ...), arming
  * a driver fault (entry point, which of its next calls; the first such
  * operation of an input only), beginning or ending the routing of a
  * stream to one of two memory pools (a capture), dropping a use of one,
@@ -188,6 +189,20 @@ static void share_and_open(const slot *s, bool peer) {
     check(st == XSA_SUCCESS || (fault_armed && st == XSA_ERROR_DRIVER), "ipc_close");
 }
 
+/* Settings changed at run time: refused only where a key set at
+ * initialisation is in the way (IPC handles need expandable segments), or
+ * for the armed fault (asking the device about virtual memory). */
+static void change_settings(uint8_t pick) {
+    static const char *const confs[] = {
+        "expandable_segments:False", "expandable_segments:True", "max_split_size_mb:20",
+        "roundup_power2_divisions:[64:8,>:2]", "garbage_collection_threshold:0.5", "",
+        "page_recycling:False,max_non_split_rounding_mb:40", "page_recycling:True,expandable_segments:True",
+    };
+    xsa_status st = xsa_set_allocator_settings(confs[pick % (sizeof confs / sizeof confs[0])]);
+    check(st == XSA_SUCCESS || st == XSA_ERROR_NOT_SUPPORTED || (fault_armed && st == XSA_ERROR_DRIVER),
+          "set_allocator_settings");
+}
+
 static void run_op(input *in) {
     uint8_t op = next(in);
     switch (op % 10) {
@@ -204,7 +219,12 @@ static void run_op(input *in) {
     }
     case 4: xsa_empty_cache(); break; /* may fail on an armed fault */
     case 5: if (op & 8) xsa_sim_complete_all(); else xsa_sim_complete_stream(stream_of(op >> 4)); break;
-    case 6: check(xsa_set_memory_fraction((next(in) % 16 + 1) / 16.0, 0) == XSA_SUCCESS, "set_memory_fraction"); break;
+    case 6:
+        if (op & 0x80)
+            change_settings(next(in));
+        else
+            check(xsa_set_memory_fraction((next(in) % 17) / 16.0, 0) == XSA_SUCCESS, "set_memory_fraction");
+        break;
     case 7: {
         uint8_t e = next(in), n = next(in);
         xsa_driver_entry entry = (xsa_driver_entry)(e % XSA_DRV_COUNT);

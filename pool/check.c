@@ -140,7 +140,7 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     } else if (s->size >= p->opt.max_split_size) {
         c->oversize_segments++;
     }
-    if (bytes) c->segment[s->kind]++;
+    if (!s->expandable) c->segment[s->kind]++; /* expandable segments never count (pages.c) */
     c->reserved_bytes[s->kind] += (int64_t)bytes;
     return 1;
 }

@@ -94,6 +94,7 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
         destroy_empty(p);
         return XSA_POOL_DRIVER_ERROR;
     }
+    p->vmm = opt->expandable_segments ? (int8_t)(vmm != 0) : -1;
     p->expandable = opt->expandable_segments && vmm;
     p->ipc = p->expandable && opt->ipc_handles && xsa_ipc_probe(p);
     if (p->expandable && opt->peer_access) {
@@ -156,6 +157,12 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kin
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
     if (!b || b->stream != stream) return NULL;
+    if (__builtin_expect(b->seg->expandable && !p->expandable, 0)) {
+        /* Expandable segments turned off at run time: as in PyTorch, no
+         * request is placed in one any more (pool/settings.c). */
+        while (b && b->stream == stream && b->seg->expandable) b = xsa_free_set_next(set, b);
+        if (!b || b->stream != stream) return NULL;
+    }
     /* A later block (never smaller) can only win when b could grow into
      * unmapped space after it. */
     while (b->seg->expandable && expandable_size(b) > b->size) {
@@ -254,38 +261,76 @@ static xsa_pool_status alloc_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind k
     return alloc_classic(p, mp, kind, stream, alloc_size, out, err, errlen);
 }
 
-static void format_bytes(char *buf, size_t len, size_t bytes) {
-    if (bytes < 1024)
+/* PyTorch's format_size: up to 1 KiB in bytes, then KiB, MiB and GiB with
+ * two decimals (the boundaries included in the smaller unit). */
+static void format_size(char *buf, size_t len, size_t bytes) {
+    if (bytes <= 1024)
         snprintf(buf, len, "%zu bytes", bytes);
-    else if (bytes < ((size_t)1 << 20))
+    else if (bytes <= ((size_t)1 << 20))
         snprintf(buf, len, "%.2f KiB", bytes / 1024.0);
-    else if (bytes < ((size_t)1 << 30))
+    else if (bytes <= ((size_t)1 << 30))
         snprintf(buf, len, "%.2f MiB", bytes / 1048576.0);
     else
         snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
 }
 
+/* Free cached memory of the memory pools other than the global one: it
+ * serves only their own allocations (PyTorch's "allocated in private
+ * pools"). */
+static size_t private_pools_cached(const xsa_pool *p) {
+    size_t bytes = 0;
+    for (const xsa_mempool *mp = p->mempools; mp; mp = mp->next)
+        for (int k = 0; k < XSA_POOL_KINDS; k++) bytes += mp->free[k].bytes;
+    return bytes;
+}
+
+/* PyTorch tells a request of 1 EiB or more apart. */
+#define ONE_EXA_BYTES ((size_t)1 << 60)
+
+/* The out-of-memory report: PyTorch's sentences, word for word and in its
+ * order, with xsalloc's figures (the allocator named as what it is), then
+ * xsalloc's own detail. "Tried to allocate" is, as in PyTorch, the size of
+ * the segment the request would need (allocation_size), not the request. */
 static void oom_report(xsa_pool *p, size_t requested, xsa_stream stream, char *err, size_t errlen) {
     size_t free_bytes = 0, total = 0;
     XSA_DRV(p->drv, mem_get_info, p->device, &free_bytes, &total);
     XSA_OBSERVE(p, XSA_OBS_OOM, requested <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE, free_bytes, requested,
                 requested, stream);
+    char tot[32], fre[32];
+    format_size(tot, sizeof tot, total);
+    format_size(fre, sizeof fre, free_bytes);
+    if (requested >= ONE_EXA_BYTES) {
+        snprintf(err, errlen,
+                 "CUDA out of memory. Tried to allocate more than 1EB memory. xsalloc: the request was %zu bytes on "
+                 "stream %p; GPU %d has a total capacity of %s of which %s is free.",
+                 requested, stream, p->device, tot, fre);
+        return;
+    }
+    size_t rounded = round_size(&p->opt, requested), priv = private_pools_cached(p);
     size_t allocated = (size_t)p->stats.allocated_bytes[XSA_STAT_ALL].current;
-    char req[32], tot[32], fre[32], alc[32], res[32], unal[32], cap[32];
-    format_bytes(req, sizeof req, requested);
-    format_bytes(tot, sizeof tot, total);
-    format_bytes(fre, sizeof fre, free_bytes);
-    format_bytes(alc, sizeof alc, allocated);
-    format_bytes(res, sizeof res, p->reserved);
-    format_bytes(unal, sizeof unal, p->reserved - allocated);
-    format_bytes(cap, sizeof cap, p->allowed_max);
+    char seg[32], alc[32], unal[32], allowed[64] = "", in_priv[96] = "";
+    format_size(seg, sizeof seg, allocation_size(rounded));
+    format_size(alc, sizeof alc, allocated + priv);
+    format_size(unal, sizeof unal, p->reserved - allocated - priv);
+    if (p->opt.memory_fraction < 1.0) {
+        format_size(allowed, sizeof allowed, p->allowed_max);
+        strcat(allowed, " allowed; ");
+    }
+    if (priv) {
+        char b[32];
+        format_size(b, sizeof b, priv);
+        snprintf(in_priv, sizeof in_priv, "with %s allocated in private pools (e.g., CUDA Graphs), ", b);
+    }
     snprintf(err, errlen,
-             "out of memory: tried to allocate %s on device %d, which has a total capacity of %s of which %s is "
-             "free. xsalloc has %s allocated and %s reserved, %s of it reserved but unallocated%s%s. If reserved "
-             "but unallocated memory is large, set max_split_size_mb in XSALLOC_CONF to limit splitting of large "
-             "blocks, or expandable_segments:True to avoid fragmentation.",
-             req, p->device, tot, fre, alc, res, unal, p->opt.memory_fraction < 1.0 ? "; the memory fraction caps reserved memory at " : "",
-             p->opt.memory_fraction < 1.0 ? cap : "");
+             "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "
+             "%sOf the allocated memory %s is allocated by xsalloc, %sand %s is reserved by xsalloc but "
+             "unallocated. xsalloc: the request was %zu bytes (a %zu-byte block) on stream %p. %s",
+             seg, p->device, tot, fre, allowed, alc, in_priv, unal, requested, rounded, stream,
+             p->expandable ? "If reserved but unallocated memory is large, set max_split_size_mb in XSALLOC_CONF to "
+                             "limit splitting of large blocks."
+                           : "If reserved but unallocated memory is large, set expandable_segments:True (xsalloc's "
+                             "default) in XSALLOC_CONF to avoid fragmentation, or max_split_size_mb to limit "
+                             "splitting of large blocks.");
 }
 
 /* The miss path: PyTorch's order of fallbacks. During a capture nothing

@@ -85,6 +85,20 @@ void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest);
  * the mapped run of an expandable segment around ptr. */
 xsa_pool_status xsa_pool_base_allocation(xsa_pool *p, void *ptr, void **base, size_t *size);
 void xsa_pool_set_memory_fraction(xsa_pool *p, double fraction);
+double xsa_pool_memory_fraction(const xsa_pool *p);
+/* New options at run time (the API decides which may change: not
+ * peer_access, ipc_handles nor handle_size; the memory fraction stays the
+ * pool's own). Each applies from the next request on, as in PyTorch;
+ * expandable_segments decides where new memory goes (segments of the other
+ * kind keep their blocks until released; with it off no request is placed
+ * in an expandable segment). Asks the device nothing: with
+ * expandable_segments set, call xsa_pool_probe_vmm first. Returns a
+ * sentence to print when the device cannot do what was asked (no virtual
+ * memory management: classic segments), else NULL. */
+const char *xsa_pool_set_options(xsa_pool *p, const xsa_pool_options *opt);
+/* Asks the device, once, whether it can map virtual memory (for
+ * xsa_pool_set_options); XSA_POOL_DRIVER_ERROR if the driver fails. */
+xsa_pool_status xsa_pool_probe_vmm(xsa_pool *p, char *err, size_t errlen);
 
 void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out);
 void xsa_pool_reset_peak_stats(xsa_pool *p);

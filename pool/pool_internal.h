@@ -7,7 +7,8 @@
  * pages.c (an expandable segment's pages as blocks), recycle.c (page
  * recycling), expand.c (growing expandable segments), release.c (giving
  * memory back), ipc.c (IPC exports), peer.c (peer access), capture.c (the
- * memory pool calls and capture); pool.c (malloc/free) on top; check.c,
+ * memory pool calls and capture), settings.c (options changed at run
+ * time); pool.c (malloc/free) on top; check.c,
  * snapshot.c and info.c read. No file calls one above it. Not part of the
  * pool's interface.
  */
@@ -109,6 +110,7 @@ struct xsa_pool {
     int device;
     xsa_pool_options opt;
     bool expandable;           /* effective (false when the device lacks VMM) */
+    int8_t vmm;                /* the device can map virtual memory: 1, 0, -1 not asked yet */
     bool ipc;                  /* effective: exportable pages (ipc_handles, unless refused) */
     xsa_mem_handle probe_left; /* the IPC probe's trial handle if its release failed: released at destroy */
     int peers[XSA_SEGMENT_MAX_ACCESS - 1]; /* devices granted access to every segment */

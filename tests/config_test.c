@@ -375,8 +375,10 @@ static void test_per_process_memory_fraction(void **state) {
     assert_true(parse_ok("per_process_memory_fraction:1e-3").pool.memory_fraction == 1e-3);
     assert_true(parse_ok("per_process_memory_fraction: 0.25 ").pool.memory_fraction == 0.25);
     const char *k = "'per_process_memory_fraction'";
-    EXPECT_ERR("per_process_memory_fraction:0", k, "'0'", "out of range", "greater than 0 and at most 1");
-    EXPECT_ERR("per_process_memory_fraction:0.0", k, "'0.0'", "out of range");
+    /* PyTorch's range includes 0 (no device memory at all). */
+    assert_true(parse_ok("per_process_memory_fraction:0").pool.memory_fraction == 0.0);
+    assert_true(parse_ok("per_process_memory_fraction:0.0").pool.memory_fraction == 0.0);
+    EXPECT_ERR("per_process_memory_fraction:-0.1", k, "'-0.1'", "out of range", "from 0 to 1");
     EXPECT_ERR("per_process_memory_fraction:1.01", k, "'1.01'", "out of range");
     EXPECT_ERR("per_process_memory_fraction:-1", k, "'-1'", "out of range");
     EXPECT_ERR("per_process_memory_fraction:half", k, "'half'", "not a number");

@@ -19,6 +19,7 @@
  */
 #include <pybind11/pybind11.h>
 
+#include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -31,6 +32,7 @@
 #include <cstdio>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -141,23 +143,22 @@ class Adapter final : public CCA::CUDAAllocator {
   }
 
   // ---- device state ----
-  void init(int device_count) override {
+  void init(int /*device_count: xsalloc counts its own*/) override {
     int count = 0;
     check("init", xsa_device_count(&count));
-    fractions_.assign(std::max(count, device_count), 1.0);
     initialized_ = true;
   }
   bool initialized() override { return initialized_; }
+  // xsalloc's fraction, which per_process_memory_fraction in its settings
+  // may have set before torch asked.
   double getMemoryFraction(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> g(mu_);
-    return device < (int)fractions_.size() ? fractions_[device] : 1.0;
+    double fraction = 1.0;
+    check("getMemoryFraction", xsa_get_memory_fraction(device, &fraction));
+    return fraction;
   }
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
     KeepDevice keep;
     check("setMemoryFraction", xsa_set_memory_fraction(fraction, device));
-    std::lock_guard<std::mutex> g(mu_);
-    if (device >= (int)fractions_.size()) fractions_.resize(device + 1, 1.0);
-    fractions_[device] = fraction;
   }
   void enable(bool value) override {
     require(value, "the allocator cannot be disabled; use torch's own allocator instead");
@@ -448,11 +449,11 @@ class Adapter final : public CCA::CUDAAllocator {
       return p;
     }
     std::string why = last_error();
-    if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, size, why);
+    if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, why);
     fail("allocating " + std::to_string(size) + " bytes on device " + std::to_string(int(device)) + ": " + why);
   }
 
-  [[noreturn]] void out_of_memory(c10::DeviceIndex device, size_t size, const std::string& why) {
+  [[noreturn]] void out_of_memory(c10::DeviceIndex device, const std::string& why) {
     size_t free = 0, total = 0;
     {
       c10::cuda::CUDAGuard guard(device);
@@ -466,9 +467,9 @@ class Adapter final : public CCA::CUDAAllocator {
       observers = oom_observers_;
     }
     for (auto& o : observers) o(device, allocated, total, free);
-    fail<c10::OutOfMemoryError>("CUDA out of memory. Tried to allocate " + std::to_string(size) + " bytes on device " +
-                                std::to_string(int(device)) + ". " + why +
-                                " Free cached memory with torch.cuda.empty_cache() or try a smaller size.");
+    // xsalloc's report is PyTorch's message, then xsalloc's detail (pool.c):
+    // thrown as it is, so torch's text and xsa_last_error() are the same.
+    throw c10::OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, why);
   }
 
   Context gather() {
@@ -612,7 +613,6 @@ class Adapter final : public CCA::CUDAAllocator {
   }
 
   std::mutex mu_;
-  std::vector<double> fractions_;
   std::atomic<bool> initialized_{false};
   std::vector<CCA::OutOfMemoryObserver> oom_observers_;
   std::vector<CDA::AllocatorTraceTracker> trackers_;
@@ -642,10 +642,19 @@ void free_block(void* ptr) {
 }
 
 // Makes the adapter torch's CUDA allocator (before CUDA is initialised).
+// torch.cuda reaches it through CUDACachingAllocator::get(), which
+// changeCurrentAllocator sets; torch.accelerator's memory API (memory_stats,
+// empty_cache, ...) through c10::GetAllocator(kCUDA) (getDeviceAllocator),
+// which it leaves at torch's own allocator, never initialised: the adapter
+// registers there too, at the highest priority, so that no registration of
+// torch's own (priority 0) can take the place back.
 void install() {
   require(!the_adapter, "the adapter is installed already");
   auto adapter = std::make_shared<Adapter>();
   torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(adapter);
+  c10::SetAllocator(c10::DeviceType::CUDA, adapter.get(), std::numeric_limits<uint8_t>::max());
+  require(c10::GetAllocator(c10::DeviceType::CUDA) == adapter.get(),
+          "c10::SetAllocator(kCUDA) kept another allocator: torch.accelerator's memory API would miss xsalloc");
   the_adapter = adapter;
 }
 
