@@ -89,6 +89,7 @@ xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, 
     s->set = &mp->free[kind];
     s->kind = kind;
     s->stream = stream;
+    s->no_split = mp->no_split;
     return s;
 }
 
