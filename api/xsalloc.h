@@ -253,9 +253,10 @@ XSA_API xsa_status xsa_mempool_create_with_allocator(int device, xsa_mempool_id 
 XSA_API xsa_status xsa_mempool_set_use_on_oom(int device, xsa_mempool_id id, bool use_on_oom);
 /* PyTorch's MemPool(no_split=True): the pool never splits a block; a
  * request takes a whole cached block, or a whole new segment (classic
- * segments) or mapped run (expandable). Set it before the pool's first
- * allocation: XSA_ERROR_INVALID_VALUE once the pool holds memory, and for
- * id {0, 0} or a pool that does not exist or is released. */
+ * segments) or mapped run (expandable), and xsa_mempool_restore refuses
+ * a block that would split a classic segment of the pool. Set it before
+ * the pool's first allocation: XSA_ERROR_INVALID_VALUE once the pool holds
+ * memory, and for id {0, 0} or a pool that does not exist or is released. */
 XSA_API xsa_status xsa_mempool_set_no_split(int device, xsa_mempool_id id, bool no_split);
 
 /* Checkpoints of a pool (PyTorch's getCheckpointState and
