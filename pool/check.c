@@ -187,17 +187,17 @@ static int check_free_set(const xsa_pool *p, const xsa_mempool *mp, int kind, re
 }
 
 /* Segment s of memory pool mp: an own allocator's memory makes classic
- * segments only; no_split is the pool's, and a classic segment of a
- * no_split pool is one block. */
+ * segments only; its split rule is its kind's, type's and pool's, and a
+ * classic segment of a no_split pool is one block. */
 static int check_own_segment(const xsa_mempool *mp, const xsa_seg *s, char *err, size_t n) {
     unsigned long long a = mp->id.first, b = mp->id.second;
     if (xsa_mempool_owns_allocator(mp) && s->expandable)
         return xsa_check_fail(err, n, "memory pool (%llu, %llu) has an allocator of its own and an expandable segment",
                               a, b);
-    if (s->no_split != mp->no_split)
-        return xsa_check_fail(err, n, "segment %#lx: no_split %d, its memory pool's %d", (unsigned long)s->base,
-                              s->no_split, mp->no_split);
-    if (s->no_split && !s->expandable && s->first->next)
+    if (s->split != xsa_seg_split_rule(s))
+        return xsa_check_fail(err, n, "segment %#lx: split rule %d, its kind, type and pool's %d",
+                              (unsigned long)s->base, s->split, xsa_seg_split_rule(s));
+    if (s->split == XSA_SPLIT_NEVER && !s->expandable && s->first->next)
         return xsa_check_fail(err, n, "segment %#lx of no_split memory pool (%llu, %llu) is split",
                               (unsigned long)s->base, a, b);
     return 1;

@@ -89,7 +89,6 @@ xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, 
     s->set = &mp->free[kind];
     s->kind = kind;
     s->stream = stream;
-    s->no_split = mp->no_split;
     return s;
 }
 
@@ -107,6 +106,7 @@ void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t 
     s->base = base;
     s->size = size;
     s->first = b;
+    s->split = (uint8_t)xsa_seg_split_rule(s);
     b->ptr = base;
     b->size = size;
     b->stream = s->stream;

@@ -17,7 +17,7 @@
  * only then calls release(ctx) (mempool.c, as the record goes): a block
  * freed after the caller let go of the allocator still frees through it.
  * use_on_oom is read by the miss path (pool.c), no_split by should_split
- * through each segment's copy (fixed while the pool holds segments).
+ * through each segment's split rule (fixed while the pool holds segments).
  *
  * Core: it calls the driver table, the caller's functions and the memory
  * pool records (mempool.c), nothing above them.
@@ -100,7 +100,7 @@ xsa_pool_status xsa_pool_mempool_set_no_split(xsa_pool *p, xsa_mempool_id id, bo
     const char *what = "xsa_mempool_set_no_split";
     xsa_mempool *mp = pool_in_use(p, what, id, err, errlen);
     if (!mp) return XSA_POOL_INVALID;
-    /* Its segments' copies stay right, and no block split before stays. */
+    /* Its segments' split rules stay right, and no block split before stays. */
     if (mp->segments && mp->no_split != no_split)
         return refuse(p, what, id, "the pool holds memory already: set no_split before its first allocation", err,
                       errlen);

@@ -169,14 +169,15 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kin
     return b;
 }
 
-/* PyTorch's should_split, by the block's segment: a memory pool's own
- * allocator makes classic segments in expandable mode too. */
+/* PyTorch's should_split, by the block's segment's rule (a memory pool's
+ * own allocator makes classic segments in expandable mode too). */
 static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
-    const xsa_seg *s = b->seg;
-    if (s->no_split) return false;
     size_t remaining = b->size - size;
-    if (s->kind == XSA_POOL_SMALL || s->expandable) return remaining >= XSA_MIN_BLOCK_SIZE;
-    return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
+    switch (b->seg->split) {
+    case XSA_SPLIT_ANY_REST: return remaining >= XSA_MIN_BLOCK_SIZE;
+    case XSA_SPLIT_CLASSIC_LARGE: return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
+    default: return false; /* no_split */
+    }
 }
 
 /* The cache hit: hands out `size` bytes at the start of free block b; a
@@ -351,9 +352,10 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
     xsa_block *b = get_free_block(p, mp, kind, stream, rounded), *a;
     if (!b) b = handed_over_block(p, mp, kind, stream, rounded);
-    if (b) {
-        a = alloc_cached_block(p, b, rounded, size);
-    } else {
+    /* A block in a free set (a hit, or lent by a use_on_oom pool) or new
+     * memory: one call site each, so that both stay inlined. */
+    bool fresh = false;
+    if (!b) {
         XSA_OBSERVE(p, XSA_OBS_MEMORY_BEGIN, kind, 0, size, rounded, stream);
         bool lent = false;
         xsa_pool_status st = alloc_on_miss(p, mp, kind, stream, rounded, &b, &lent, err, errlen);
@@ -363,8 +365,9 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
         }
         if (st != XSA_POOL_OK) return st;
         XSA_OBSERVE(p, XSA_OBS_MEMORY_END, kind, b->ptr, size, b->size, stream);
-        a = lent ? alloc_cached_block(p, b, rounded, size) : alloc_new_block(p, b, rounded, size);
+        fresh = !lent;
     }
+    a = fresh ? alloc_new_block(p, b, rounded, size) : alloc_cached_block(p, b, rounded, size);
     if (!a) {
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;

@@ -64,6 +64,12 @@ typedef struct xsa_route {
     bool capture;              /* a graph capture: no event queries while it lasts */
 } xsa_route;
 
+/* How a segment's blocks split (PyTorch's should_split, decided once per
+ * segment): any rest of at least 512 bytes (small pool, expandable
+ * segments), the classic large rule (below max_split_size, a rest above
+ * 1 MiB), or never (a no_split memory pool). */
+typedef enum { XSA_SPLIT_ANY_REST, XSA_SPLIT_CLASSIC_LARGE, XSA_SPLIT_NEVER } xsa_split_rule;
+
 /* A segment: a cuMemAlloc'd range (classic), or the reserved range of an
  * expandable segment (one per memory pool, stream and pool kind). */
 typedef struct xsa_seg {
@@ -72,7 +78,7 @@ typedef struct xsa_seg {
     xsa_pool_kind kind;
     xsa_stream stream;
     bool expandable;
-    bool no_split;             /* mp->no_split: one load on the hot paths */
+    uint8_t split;             /* xsa_split_rule: one load on the hot path */
     uintptr_t base;
     size_t size;               /* classic: allocation size; expandable: reserved */
     xsa_block *first;          /* lowest-address block */
@@ -407,6 +413,11 @@ xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, 
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen);
 void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size);
+/* Segment s's split rule, from its pool kind, type and memory pool. */
+static inline xsa_split_rule xsa_seg_split_rule(const xsa_seg *s) {
+    if (s->mp->no_split) return XSA_SPLIT_NEVER;
+    return s->kind == XSA_POOL_SMALL || s->expandable ? XSA_SPLIT_ANY_REST : XSA_SPLIT_CLASSIC_LARGE;
+}
 
 /* Segment list. drop is the end of a linked segment's record: out of the
  * list, its stream detached from the free set, freed (its blocks are gone). */
