@@ -226,8 +226,8 @@ typedef struct xsa_mempool_allocator {
  * splits and merges blocks in them as in cuMemAlloc segments (they are
  * classic segments, also with expandable_segments:True: the allocator's
  * memory cannot be mapped page by page); a segment's size is the one a
- * cuMemAlloc segment would have (2 MiB for requests up to 1 MiB, 20 MiB up
- * to 10 MiB, else the request rounded up to 2 MiB). Segments go back
+ * cuMemAlloc segment would have (2 MiB for requests up to 1 MiB, 20 MiB below
+ * 10 MiB, else the request rounded up to 2 MiB). Segments go back
  * through free only when the pool is released: its free segments at
  * once, each other one as its last block is freed (at the next
  * xsa_empty_cache if that block waited for record_stream events), never
