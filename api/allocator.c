@@ -634,6 +634,36 @@ xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses) {
     return xsa_ok();
 }
 
+xsa_status xsa_mempool_create_with_allocator(int device, xsa_mempool_id id, const xsa_mempool_allocator *allocator) {
+    xsa_status st = check_device("xsa_mempool_create_with_allocator", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_mempool_create_with(p, id, allocator, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+typedef xsa_pool_status (*mempool_flag_call)(xsa_pool *p, xsa_mempool_id id, bool on, char *err, size_t errlen);
+
+static xsa_status on_mempool_flag(const char *fn, int device, xsa_mempool_id id, bool on, mempool_flag_call call) {
+    xsa_status st = check_device(fn, device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = call(p, id, on, xsa_error_buffer(), XSA_ERROR_MAX);
+    unlock_pool(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : from_pool(ps);
+}
+
+xsa_status xsa_mempool_set_use_on_oom(int device, xsa_mempool_id id, bool use_on_oom) {
+    return on_mempool_flag("xsa_mempool_set_use_on_oom", device, id, use_on_oom, xsa_pool_mempool_set_use_on_oom);
+}
+
+xsa_status xsa_mempool_set_no_split(int device, xsa_mempool_id id, bool no_split) {
+    return on_mempool_flag("xsa_mempool_set_no_split", device, id, no_split, xsa_pool_mempool_set_no_split);
+}
+
 xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx) {
     xsa_status st = check_device("xsa_begin_allocate_to_pool", device);
     if (st != XSA_SUCCESS) return st;

@@ -213,6 +213,60 @@ XSA_API xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id);
  * pool does not exist or is released. */
 XSA_API xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses);
 
+/* A memory pool's own allocator (PyTorch's MemPool(allocator): NCCL's
+ * ncclMemAlloc, symmetric memory, registered buffers). alloc returns
+ * `size` bytes of device memory for `stream` (NULL: out of memory); free
+ * takes back a pointer alloc returned, with the same size, device and
+ * stream. release (may be NULL) is told once that the pool is done with
+ * ctx: after the pool's last segment went back through free. All three
+ * are called with the device's lock held and the thread in relaxed
+ * capture mode (as PyTorch calls them): they must not call xsalloc. */
+typedef struct xsa_mempool_allocator {
+    void *(*alloc)(void *ctx, size_t size, int device, void *stream);
+    void (*free)(void *ctx, void *ptr, size_t size, int device, void *stream);
+    void (*release)(void *ctx);
+    void *ctx;
+} xsa_mempool_allocator;
+
+/* Creates pool `id` on `device`, with a use count of 1, whose segments come
+ * from `allocator` (copied; the pool keeps ctx) instead of the device's
+ * memory (PyTorch's createOrIncrefPool with an allocator). The pool caches,
+ * splits and merges blocks in them as in cuMemAlloc segments (they are
+ * classic segments, also with expandable_segments:True: the allocator's
+ * memory cannot be mapped page by page); a segment's size is the one a
+ * cuMemAlloc segment would have (2 MiB for requests up to 1 MiB, 20 MiB below
+ * 10 MiB, else the request rounded up to 2 MiB). Segments go back
+ * through free only when the pool is released: its free segments at
+ * once, each other one as its last block is freed (at the next
+ * xsa_empty_cache if that block waited for record_stream events), never
+ * while the pool is in use, and neither page recycling nor the
+ * out-of-memory fallbacks touch them. The memory fraction counts them as
+ * reserved memory (alloc is not called past it), and the stats count them
+ * as PyTorch does (reserved_bytes, segment, num_device_alloc...). Once the
+ * pool's last segment is freed the pool is forgotten and release(ctx)
+ * called, so a block freed after the caller let go of its allocator still
+ * returns through free. XSA_ERROR_INVALID_VALUE (nothing kept) for id
+ * {0, 0}, alloc or free NULL, or a pool `id` that exists already. */
+XSA_API xsa_status xsa_mempool_create_with_allocator(int device, xsa_mempool_id id,
+                                                     const xsa_mempool_allocator *allocator);
+/* PyTorch's MemPool(use_on_oom=True): when an allocation outside the
+ * memory pools finds no memory (the device's, or within the memory
+ * fraction), before any cached memory is released for it, it takes a
+ * free block of a pool in use with use_on_oom set (of its stream and
+ * size, as from the device's own cache); that block returns to its pool
+ * when freed. A released pool lends nothing. A graph's pool may lend too:
+ * its replays then share that memory, which is the caller's choice.
+ * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool that does not exist or
+ * is released. */
+XSA_API xsa_status xsa_mempool_set_use_on_oom(int device, xsa_mempool_id id, bool use_on_oom);
+/* PyTorch's MemPool(no_split=True): the pool never splits a block; a
+ * request takes a whole cached block, or a whole new segment (classic
+ * segments) or mapped run (expandable), and xsa_mempool_restore refuses
+ * a block that would split a classic segment of the pool. Set it before
+ * the pool's first allocation: XSA_ERROR_INVALID_VALUE once the pool holds
+ * memory, and for id {0, 0} or a pool that does not exist or is released. */
+XSA_API xsa_status xsa_mempool_set_no_split(int device, xsa_mempool_id id, bool no_split);
+
 /* Checkpoints of a pool (PyTorch's getCheckpointState and
  * setCheckpointPoolState). cudagraph trees (torch.compile's
  * "reduce-overhead") replay graphs over a pool, which changes no allocator

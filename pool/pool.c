@@ -133,7 +133,7 @@ void xsa_pool_destroy(xsa_pool *p) {
             xsa_segment_destroy(&s->vm);
         }
         else
-            xsa_driver_mem_free_relaxed(p->drv, s->base);
+            xsa_classic_free(p, s);
         free_segment_blocks(p, s);
         xsa_pool_drop_segment(p, s);
     }
@@ -176,10 +176,15 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kin
     return b;
 }
 
+/* PyTorch's should_split, by the block's segment's rule (a memory pool's
+ * own allocator makes classic segments in expandable mode too). */
 static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
     size_t remaining = b->size - size;
-    if (b->seg->kind == XSA_POOL_SMALL || p->expandable) return remaining >= XSA_MIN_BLOCK_SIZE;
-    return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
+    switch (b->seg->split) {
+    case XSA_SPLIT_ANY_REST: return remaining >= XSA_MIN_BLOCK_SIZE;
+    case XSA_SPLIT_CLASSIC_LARGE: return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
+    default: return false; /* no_split */
+    }
 }
 
 /* The cache hit: hands out `size` bytes at the start of free block b; a
@@ -230,16 +235,17 @@ static xsa_block *handed_over_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind 
     return get_free_block(p, mp, kind, stream, size);
 }
 
-/* A classic segment: one cuMemAlloc, one block covering it. */
+/* A classic segment: one cuMemAlloc (or the memory pool's own
+ * allocator), one block covering it. */
 static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                      xsa_block **out, char *err, size_t errlen) {
     xsa_block *b;
     xsa_seg *s = xsa_pool_new_records(p, mp, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
-    xsa_devptr ptr = 0;
-    xsa_cu_result r = xsa_driver_mem_alloc_relaxed(p->drv, &ptr, size, p->device);
+    uintptr_t base = 0;
+    xsa_cu_result r = xsa_classic_alloc(p, mp, stream, size, &base);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAlloc", r, err, errlen);
-    xsa_pool_link_new_segment(p, s, b, (uintptr_t)ptr, size);
+    xsa_pool_link_new_segment(p, s, b, base, size);
     p->reserved += size;
     xsa_stats_update(p->stats.segment, kind, 1);
     xsa_stats_update(p->stats.reserved_bytes, kind, (int64_t)size);
@@ -255,7 +261,8 @@ static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind
 static xsa_pool_status alloc_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                    bool retry, xsa_block **out, char *err, size_t errlen) {
     if (retry) p->stats.num_alloc_retries++;
-    if (p->expandable) return xsa_expand_alloc(p, mp, kind, stream, size, out, err, errlen);
+    if (p->expandable && !xsa_mempool_owns_allocator(mp))
+        return xsa_expand_alloc(p, mp, kind, stream, size, out, err, errlen);
     size_t alloc_size = allocation_size(size);
     if (p->reserved + alloc_size > p->allowed_max) return XSA_POOL_OOM;
     return alloc_classic(p, mp, kind, stream, alloc_size, out, err, errlen);
@@ -333,15 +340,33 @@ static void oom_report(xsa_pool *p, size_t requested, xsa_stream stream, char *e
                              "splitting of large blocks.");
 }
 
-/* The miss path: PyTorch's order of fallbacks. During a capture nothing
- * is released: freeing memory synchronizes, and the full release waits
- * for events. */
+/* PyTorch's use_on_oom: a free block (left in its free set) of a memory
+ * pool in use that lends its memory to the global pool's misses. */
+static xsa_block *lent_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
+    for (xsa_mempool *mp = p->mempools; mp; mp = mp->next) {
+        if (!mp->use_on_oom || xsa_mempool_released(mp)) continue;
+        xsa_block *b = get_free_block(p, mp, kind, stream, size);
+        if (b) return b;
+    }
+    return NULL;
+}
+
+/* The miss path: PyTorch's order of fallbacks. *lent says that *out is a
+ * cached block of a use_on_oom pool, still in its free set (the lending
+ * comes before any release, as in PyTorch: releasing is expensive).
+ * During a capture nothing is released: freeing memory synchronizes, and
+ * the full release waits for events. */
 static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream,
-                                     size_t size, xsa_block **out, char *err, size_t errlen) {
+                                     size_t size, xsa_block **out, bool *lent, char *err, size_t errlen) {
     bool capturing = p->capturing > 0;
     if (p->opt.garbage_collection_threshold > 0 && !capturing) xsa_garbage_collect(p);
     xsa_pool_status st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
-    if (st != XSA_POOL_OOM || capturing) return st;
+    if (st != XSA_POOL_OOM) return st;
+    if (xsa_mempool_is_global(p, mp) && (*out = lent_block(p, kind, stream, size))) {
+        *lent = true;
+        return XSA_POOL_OK;
+    }
+    if (capturing) return st;
     if (xsa_release_available(p, mp, kind, stream, size)) {
         st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
         if (st != XSA_POOL_OOM) return st;
@@ -372,19 +397,22 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
     xsa_block *b = get_free_block(p, mp, kind, stream, rounded), *a;
     if (!b) b = handed_over_block(p, mp, kind, stream, rounded);
-    if (b) {
-        a = alloc_cached_block(p, b, rounded, size);
-    } else {
+    /* A block in a free set (a hit, or lent by a use_on_oom pool) or new
+     * memory: one call site each, so that both stay inlined. */
+    bool fresh = false;
+    if (!b) {
         XSA_OBSERVE(p, XSA_OBS_MEMORY_BEGIN, kind, 0, size, rounded, stream);
-        xsa_pool_status st = alloc_on_miss(p, mp, kind, stream, rounded, &b, err, errlen);
+        bool lent = false;
+        xsa_pool_status st = alloc_on_miss(p, mp, kind, stream, rounded, &b, &lent, err, errlen);
         if (st == XSA_POOL_OOM) {
             p->stats.num_ooms++;
             oom_report(p, size, stream, err, errlen);
         }
         if (st != XSA_POOL_OK) return st;
         XSA_OBSERVE(p, XSA_OBS_MEMORY_END, kind, b->ptr, size, b->size, stream);
-        a = alloc_new_block(p, b, rounded, size);
+        fresh = !lent;
     }
+    a = fresh ? alloc_new_block(p, b, rounded, size) : alloc_cached_block(p, b, rounded, size);
     if (!a) {
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;

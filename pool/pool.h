@@ -5,9 +5,11 @@
  * Design: requests are rounded (round_size) and served from the small
  * (<= 1 MiB) or large pool's free set by best fit on (stream, size,
  * address), splitting the block found when should_split says so. On a miss:
- * garbage collection (when configured), new device memory, release of
- * cached oversize blocks and retry, release of everything cached (events
- * synchronized first) and retry, then out-of-memory with PyTorch's report.
+ * garbage collection (when configured), new device memory, a free block of
+ * a memory pool that lends its memory (use_on_oom) to a global request,
+ * release of cached oversize blocks and retry, release of everything cached
+ * (events synchronized first) and retry, then out-of-memory with PyTorch's
+ * report.
  * New memory is a cuMemAlloc segment (classic) or, with expandable
  * segments, pages mapped at the free end of the one expandable segment of
  * (stream, pool kind), merged with the free block before them. Freed blocks
@@ -21,9 +23,10 @@
  * (begin_allocate_to_pool) sends the request's stream to another; a block
  * only ever returns to its own pool's free set. The release paths
  * (empty_cache, OOM fallbacks, garbage collection) and page recycling
- * touch the global pool and released pools only. While a capture is under
- * way no event is queried or waited for: a cross-stream free is deferred
- * until it ends, and a miss does not release the cache.
+ * touch the global pool and released pools only. A memory pool may have an
+ * allocator of its own, whose memory makes its (classic) segments. While
+ * a capture is under way no event is queried or waited for: a cross-stream
+ * free is deferred until it ends, and a miss does not release the cache.
  *
  * Not thread safe: the caller (api/) holds the device's lock. The pool uses
  * the public stats struct of api/xsalloc.h as its type (no calls go back to
@@ -69,7 +72,8 @@ typedef struct xsa_pool_listener {
 
 void xsa_pool_set_listener(xsa_pool *p, const xsa_pool_listener *listener);
 
-/* Returns all memory to the driver, live allocations included. */
+/* Returns all memory to the driver (and to memory pools' own allocators),
+ * live allocations included. */
 void xsa_pool_destroy(xsa_pool *p);
 
 xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen);
@@ -158,6 +162,16 @@ xsa_pool_status xsa_pool_mempool_release(xsa_pool *p, xsa_mempool_id id, char *e
 xsa_pool_status xsa_pool_begin_allocate_to_pool(xsa_pool *p, xsa_mempool_id id, xsa_stream_filter filter, void *ctx,
                                                 bool capture, char *err, size_t errlen);
 xsa_pool_status xsa_pool_end_allocate_to_pool(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen);
+/* Memory pools with an allocator of their own and PyTorch's MemPool flags
+ * (pool/own_allocator.c; semantics in api/xsalloc.h,
+ * xsa_mempool_create_with_allocator, xsa_mempool_set_use_on_oom and
+ * xsa_mempool_set_no_split). */
+xsa_pool_status xsa_pool_mempool_create_with(xsa_pool *p, xsa_mempool_id id, const xsa_mempool_allocator *allocator,
+                                             char *err, size_t errlen);
+xsa_pool_status xsa_pool_mempool_set_use_on_oom(xsa_pool *p, xsa_mempool_id id, bool use_on_oom, char *err,
+                                                size_t errlen);
+xsa_pool_status xsa_pool_mempool_set_no_split(xsa_pool *p, xsa_mempool_id id, bool no_split, char *err,
+                                              size_t errlen);
 /* Is a capture under way on the device? */
 bool xsa_pool_capturing(const xsa_pool *p);
 /* Does memory pool id exist (released or not)? Its use count in *uses. */

@@ -2,8 +2,10 @@
  * pool/pool_internal: the pool's state, shared by its source files. The
  * core, which calls nothing above it: core.c (segments, free-set
  * membership, split and merge), mempool.c (memory pool records and
- * routing), checkpoint.c (a memory pool's blocks set to a checkpoint),
- * free_set.c, block.c, events.c, stats.c. The policies above it:
+ * routing), own_allocator.c (memory pools with an allocator of their
+ * own, their flags, the memory of classic segments), checkpoint.c (a
+ * memory pool's blocks set to a checkpoint), free_set.c, block.c,
+ * events.c, stats.c. The policies above it:
  * pages.c (an expandable segment's pages as blocks), recycle.c (page
  * recycling), expand.c (growing expandable segments), release.c (giving
  * memory back), ipc.c (IPC exports), peer.c (peer access), capture.c (the
@@ -40,6 +42,11 @@ typedef struct xsa_mempool {
     int use_count;             /* creates and begins, less releases; 0: released (global: always 1) */
     int holds;                 /* pools in use that keep this released one's memory (`kept`) */
     size_t segments;           /* its segments */
+    /* Its own allocator (alloc NULL: the device's memory) and PyTorch's
+     * MemPool flags (pool/own_allocator.c). */
+    xsa_mempool_allocator allocator;
+    bool use_on_oom;           /* lends its free blocks to the global pool's misses while in use */
+    bool no_split;             /* never splits a block; unchanged while it holds segments */
     xsa_free_set free[XSA_POOL_KINDS];
     /* Released pools a block of which was freed while this pool captured:
      * the graph may use that memory at every replay, so they keep it until
@@ -58,6 +65,12 @@ typedef struct xsa_route {
     bool capture;              /* a graph capture: no event queries while it lasts */
 } xsa_route;
 
+/* How a segment's blocks split (PyTorch's should_split, decided once per
+ * segment): any rest of at least 512 bytes (small pool, expandable
+ * segments), the classic large rule (below max_split_size, a rest above
+ * 1 MiB), or never (a no_split memory pool). */
+typedef enum { XSA_SPLIT_ANY_REST, XSA_SPLIT_CLASSIC_LARGE, XSA_SPLIT_NEVER } xsa_split_rule;
+
 /* A segment: a cuMemAlloc'd range (classic), or the reserved range of an
  * expandable segment (one per memory pool, stream and pool kind). */
 typedef struct xsa_seg {
@@ -66,6 +79,7 @@ typedef struct xsa_seg {
     xsa_pool_kind kind;
     xsa_stream stream;
     bool expandable;
+    uint8_t split;             /* xsa_split_rule: one load on the hot path */
     uintptr_t base;
     size_t size;               /* classic: allocation size; expandable: reserved */
     xsa_block *first;          /* lowest-address block */
@@ -276,7 +290,8 @@ static inline void xsa_fix_first(xsa_block *b) {
 xsa_mempool *xsa_mempool_find(xsa_pool *p, xsa_mempool_id id);
 /* A new memory pool record with use_count 1; NULL if out of host memory. */
 xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id);
-/* Unlinks and frees a memory pool that has no segment left. */
+/* Unlinks and frees a memory pool that has no segment left; its own
+ * allocator, if any, is told it is done (release(ctx)). */
 void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp);
 /* Does a block of mp's segments hold memory in use? (A scan: asked only
  * of released pools, so that the hot paths keep no count.) */
@@ -298,14 +313,25 @@ void xsa_mempool_drop_kept(xsa_pool *p, xsa_mempool *mp, void (*release)(xsa_poo
 /* Queues b (freed during capture, with uses on other streams) for its
  * events; false if out of host memory, b unchanged. */
 bool xsa_mempool_defer(xsa_pool *p, xsa_block *b);
-/* Frees every record (pool teardown; the segments are gone). */
+/* Frees every record (pool teardown; the segments are gone), telling
+ * their own allocators as delete does. */
 void xsa_mempool_destroy_all(xsa_pool *p);
 
 static inline bool xsa_mempool_is_global(const xsa_pool *p, const xsa_mempool *mp) { return mp == &p->global; }
+/* Do mp's segments come from an allocator of its own? */
+static inline bool xsa_mempool_owns_allocator(const xsa_mempool *mp) { return mp->allocator.alloc != NULL; }
 /* Released (use_count 0): no new use may route to it. */
 static inline bool xsa_mempool_released(const xsa_mempool *mp) { return mp->use_count == 0; }
 /* Released and kept by no pool in use: its free memory may go back to the device. */
 static inline bool xsa_mempool_freeable(const xsa_mempool *mp) { return mp->use_count == 0 && mp->holds == 0; }
+
+/* own_allocator.c: the memory of a classic segment of memory pool mp, of
+ * `size` bytes for `stream`: cuMemAlloc, or mp's own allocator (NULL from
+ * it is out of memory); and its return (cuMemFree, or the allocator's
+ * free, which cannot fail). The thread is in relaxed capture mode for
+ * both, as PyTorch makes these calls. */
+xsa_cu_result xsa_classic_alloc(xsa_pool *p, xsa_mempool *mp, xsa_stream stream, size_t size, uintptr_t *base);
+xsa_cu_result xsa_classic_free(xsa_pool *p, const xsa_seg *s);
 
 /* pages.c */
 /* Unmaps the whole pages inside free block b, splitting it around them. */
@@ -411,6 +437,11 @@ xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, 
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen);
 void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size);
+/* Segment s's split rule, from its pool kind, type and memory pool. */
+static inline xsa_split_rule xsa_seg_split_rule(const xsa_seg *s) {
+    if (s->mp->no_split) return XSA_SPLIT_NEVER;
+    return s->kind == XSA_POOL_SMALL || s->expandable ? XSA_SPLIT_ANY_REST : XSA_SPLIT_CLASSIC_LARGE;
+}
 
 /* Segment list. drop is the end of a linked segment's record: out of the
  * list, its stream detached from the free set, freed (its blocks are gone). */

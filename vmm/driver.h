@@ -229,6 +229,11 @@ uint64_t xsa_driver_now_ns(void);
  * changed, the call is made as it is. */
 xsa_cu_result xsa_driver_mem_alloc_relaxed(xsa_driver *d, xsa_devptr *ptr, size_t size, int device);
 xsa_cu_result xsa_driver_mem_free_relaxed(xsa_driver *d, xsa_devptr ptr);
+/* The calling thread in relaxed capture mode, for other calls that may
+ * allocate or free (a memory pool's own allocator): the mode it had, or -1
+ * where the mode cannot be changed; restore puts that mode back. */
+int xsa_driver_relax_capture(xsa_driver *d);
+void xsa_driver_restore_capture(xsa_driver *d, int mode);
 
 /* process_get_fds as the kernel does it (both tables' entry). */
 xsa_cu_result xsa_driver_process_get_fds(int pid, const int *fds, int n, int *out);

@@ -12,10 +12,11 @@
  * for snapshots are kept here, by block address for live blocks and by
  * trace tag for recorded events (xsa_set_trace_tag marks the events of one
  * call), so memory_viz shows frames. Pool routing calls torch's std::function
- * filter through a C trampoline. Calls other than malloc/free (which keep
- * the thread's CUDA context themselves, xsa_ctx_*) keep the runtime's
- * current device with a guard, since the driver may make another device's
- * primary context current.
+ * filter through a C trampoline, and a MemPool's own allocator becomes
+ * xsalloc's alloc/free pair over torch's allocator object. Calls other
+ * than malloc/free (which keep the thread's CUDA context themselves,
+ * xsa_ctx_*) keep the runtime's current device with a guard, since the
+ * driver may make another device's primary context current.
  */
 #include <pybind11/pybind11.h>
 
@@ -32,6 +33,7 @@
 #include <cstdio>
 #include <atomic>
 #include <deque>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
@@ -39,6 +41,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "api/pytorch.h"
@@ -106,6 +109,43 @@ struct PoolCheckpoint final : CCA::AllocatorState {
   c10::MempoolId_t id;
   std::vector<xsa_live_block> live;
 };
+
+// A MemPool's own allocator (torch.cuda.MemPool(allocator)) as xsalloc's
+// C pair. The pool owns this record and keeps torch's allocator object
+// alive through it until the pool's last segment went back through free
+// (xsalloc calls pool_release then), so a tensor freed after the MemPool
+// and the Python allocator are gone still frees through it. torch's
+// caching allocator calls raw_alloc / raw_delete the same way. xsalloc
+// calls these under its device lock.
+struct PoolAllocator {
+  std::shared_ptr<CCA::CUDAAllocator> allocator;
+};
+
+// What the pool's allocator threw in the calling thread's last pool_alloc:
+// malloc_on rethrows it when the malloc fails, as torch would let it out.
+thread_local std::exception_ptr pool_alloc_error;
+
+void* pool_alloc(void* ctx, size_t size, int device, void* stream) {
+  pool_alloc_error = nullptr;
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    return static_cast<PoolAllocator*>(ctx)->allocator->raw_alloc_with_stream(size, static_cast<cudaStream_t>(stream));
+  } catch (...) {
+    pool_alloc_error = std::current_exception();
+    return nullptr;  // out of memory for xsalloc
+  }
+}
+
+void pool_free(void* ctx, void* ptr, size_t, int device, void*) {
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    static_cast<PoolAllocator*>(ctx)->allocator->raw_delete(ptr);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "xsalloc: a MemPool's allocator failed to free %p: %s\n", ptr, e.what());
+  }
+}
+
+void pool_release(void* ctx) { delete static_cast<PoolAllocator*>(ctx); }
 
 bool call_filter(void* ctx, void* stream) {
   try {
@@ -246,25 +286,33 @@ class Adapter final : public CCA::CUDAAllocator {
     KeepDevice keep;
     check("releasePool", xsa_mempool_release(device, pool_id(id)));
   }
+  // MemPool(allocator): xsalloc caches and splits blocks in segments from
+  // that allocator (xsa_mempool_create_with_allocator). xsalloc itself as
+  // the allocator is a MemPool of xsalloc's memory.
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
                           std::shared_ptr<CCA::CUDAAllocator> allocator) override {
-    require(!allocator || allocator.get() == this,
-                "a MemPool with an allocator of its own is not supported under xsalloc (its memory "
-                "would bypass xsalloc); create the MemPool without an allocator");
     KeepDevice keep;
-    check("createOrIncrefPool", xsa_mempool_create(device, pool_id(id)));
+    if (!allocator || allocator.get() == this) {
+      check("createOrIncrefPool", xsa_mempool_create(device, pool_id(id)));
+      return;
+    }
+    auto own = std::make_unique<PoolAllocator>(PoolAllocator{std::move(allocator)});
+    xsa_mempool_allocator pair{pool_alloc, pool_free, pool_release, own.get()};
+    check("createOrIncrefPool", xsa_mempool_create_with_allocator(device, pool_id(id), &pair));
+    own.release();  // the pool's now: pool_release deletes it
   }
   int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t id) override {
     int uses = 0;
     check("getPoolUseCount", xsa_mempool_use_count(device, pool_id(id), &uses));
     return uses;
   }
-  void setUseOnOOM(c10::DeviceIndex, c10::MempoolId_t, bool use_on_oom) override {
-    require(!use_on_oom, "MemPool(use_on_oom=True) is not supported: a pool's memory goes to "
-                             "its own allocations only");
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t id, bool use_on_oom) override {
+    KeepDevice keep;
+    check("setUseOnOOM", xsa_mempool_set_use_on_oom(device, pool_id(id), use_on_oom));
   }
-  void setNoSplit(c10::DeviceIndex, c10::MempoolId_t) override {
-    fail("MemPool(no_split=True) is not supported");
+  void setNoSplit(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    KeepDevice keep;
+    check("setNoSplit", xsa_mempool_set_no_split(device, pool_id(id), true));
   }
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t id,
                                 const std::unordered_set<void*>& expected) override {
@@ -448,6 +496,7 @@ class Adapter final : public CCA::CUDAAllocator {
       }
       return p;
     }
+    if (pool_alloc_error) std::rethrow_exception(std::exchange(pool_alloc_error, nullptr));
     std::string why = last_error();
     if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, why);
     fail("allocating " + std::to_string(size) + " bytes on device " + std::to_string(int(device)) + ": " + why);

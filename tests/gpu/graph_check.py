@@ -15,6 +15,12 @@ MODE: native (PyTorch's own allocator, the reference), default, norec
 - compile: torch.compile(mode="reduce-overhead") trains a small model 20
   steps; prints the losses (run_graph_check.sh compares them with native's).
 - mempool: torch.cuda.MemPool + use_mem_pool.
+- mempool_allocator: MemPool(allocator) over a cudaMalloc/cudaFree pair
+  compiled with load_inline (as NCCL's ncclMemAlloc would be): kernels
+  read and write its tensors right, the pool and the Python allocator
+  deleted while a tensor lives free nothing, and once the tensors are gone
+  every segment went back through the pair's free; a no_split pool takes
+  a segment per tensor.
 - ckpt: cudagraph trees restore a checkpoint of their pool
   (setCheckpointPoolState): torch.compile(mode="reduce-overhead") trains
   a small model, evaluates it under no_grad (a new graph warmed up while
@@ -148,6 +154,60 @@ def case_mempool(torch):
     return ok, f"tensor in the pool and outside it right: {ok}"
 
 
+ALLOCATOR_SOURCE = r'''
+#include <cuda_runtime_api.h>
+#include <cstddef>
+extern "C" {
+int check_allocs = 0, check_frees = 0;
+void* check_alloc(size_t size, int device, void* stream) {
+  void* p = nullptr;
+  check_allocs++;
+  return cudaMalloc(&p, size) == cudaSuccess ? p : nullptr;
+}
+void check_free(void* p, size_t size, int device, void* stream) {
+  check_frees++;
+  cudaFree(p);
+}
+}
+'''
+
+
+def case_mempool_allocator(torch):
+    import ctypes
+
+    from torch.utils.cpp_extension import load_inline
+
+    path = load_inline(name="xsa_check_allocator", cpp_sources=ALLOCATOR_SOURCE, is_python_module=False,
+                       with_cuda=True)
+    lib = ctypes.CDLL(path)
+    allocs, frees = (ctypes.c_int.in_dll(lib, n) for n in ("check_allocs", "check_frees"))
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "check_alloc", "check_free")
+    pool = torch.cuda.MemPool(allocator.allocator())
+    with torch.cuda.use_mem_pool(pool):
+        a = torch.full((N, N), 3.0, device="cuda")
+        b = torch.full((N, N), 4.0, device="cuda")
+        a.mul_(2.0)
+    c = a + b
+    checks = {"values": bool((c == 10.0).all()), "allocated": allocs.value >= 1, "kept": frees.value == 0}
+    del pool, allocator  # a and b keep the pool's memory and the allocator alive
+    torch.cuda.empty_cache()
+    checks["kept_after_delete"] = frees.value == 0 and bool((a == 6.0).all())
+    del a, b, c
+    torch.cuda.empty_cache()
+    checks["all_freed"] = frees.value == allocs.value
+    allocator2 = torch.cuda.memory.CUDAPluggableAllocator(path, "check_alloc", "check_free")
+    pool = torch.cuda.MemPool(allocator2.allocator(), no_split=True)
+    before = allocs.value
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.ones(1024, device="cuda")
+        y = torch.ones(1024, device="cuda")
+    checks["no_split"] = allocs.value - before == 2 and float((x + y).sum()) == 2048.0
+    del x, y, pool
+    torch.cuda.empty_cache()
+    checks["no_split_freed"] = frees.value == allocs.value
+    return all(checks.values()), checks
+
+
 def case_ckpt(torch):
     # cudagraph_trees.py, CUDAGraphTreeManager._run: a function not warmed
     # up yet, called while the tree's path is replaying (ExecutionState.
@@ -201,7 +261,7 @@ def case_ckpt(torch):
 
 
 CASES = {"issue": case_issue, "two_stream": case_two_stream, "compile": case_compile, "mempool": case_mempool,
-         "ckpt": case_ckpt}
+         "mempool_allocator": case_mempool_allocator, "ckpt": case_ckpt}
 
 
 def main():
