@@ -275,6 +275,9 @@ static bool extend(xsa_pool *p, xsa_capture_reuse *r, walk *w, const xsa_graph_n
     return false;
 }
 
+/* Marked block m is of this stream and capture: markers are compared
+ * within their own capture only, since the driver may give a node of a
+ * later graph the handle of a node of an ended one. */
 static bool marks_of(const marked *m, xsa_stream stream, uint64_t capture) {
     return m->block->stream == stream && m->block->capture_id == capture;
 }

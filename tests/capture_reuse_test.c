@@ -453,6 +453,101 @@ static void test_option_switched_at_run_time(void **state) {
     run_both(switched);
 }
 
+/* ---- captures that end or fail inside one routing ---- */
+
+/* Ends the capture on S1 (all joined) and instantiates, launches and
+ * destroys its graph: the replay must be clean. */
+static void end_and_replay_capture(xsa_pool *p) {
+    xsa_graph g = NULL;
+    xsa_graph_exec e = NULL;
+    assert_int_equal(XSA_DRV(drv, stream_end_capture, S1, &g), XSA_CU_SUCCESS);
+    assert_int_equal(XSA_DRV(drv, graph_instantiate, &e, g), XSA_CU_SUCCESS);
+    assert_int_equal(XSA_DRV(drv, graph_launch, e, S1), XSA_CU_SUCCESS);
+    xsa_sim_complete_all();
+    CHECK(p);
+    expect_no_violation();
+    assert_int_equal(XSA_DRV(drv, graph_exec_destroy, e), XSA_CU_SUCCESS);
+    assert_int_equal(XSA_DRV(drv, graph_destroy, g), XSA_CU_SUCCESS);
+}
+
+/* Two captures on S1 within one routing: a block marked in the first is
+ * ordered by nothing of the second's graph, so it waits for the routing's
+ * end; the second's own frees are reused (its walk takes the first's
+ * place on S1). */
+static void two_captures(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, reuse_on);
+    capture_begin(p);
+    void *a = alloc(p, TENSOR, S1);
+    use(S1, a);
+    wait_stream(S2, S1);
+    use(S2, a);
+    record_stream(p, a, S2);
+    release(p, a);
+    void *x = alloc(p, TENSOR, S1); /* a walk of S1 in the first capture: a not reached */
+    NOT_REUSED(p, x, a);
+    use(S1, x);
+    wait_stream(S1, S2);
+    end_and_replay_capture(p);
+    assert_int_equal(XSA_DRV(drv, stream_begin_capture, S1), XSA_CU_SUCCESS);
+    void *b = alloc(p, TENSOR, S1);
+    NOT_REUSED(p, b, a);
+    use(S1, b);
+    wait_stream(S2, S1);
+    use(S2, b);
+    record_stream(p, b, S2);
+    release(p, b);
+    wait_stream(S1, S2);
+    void *c = alloc(p, TENSOR, S1);
+    assert_ptr_equal(c, b);
+    assert_true(waiting(p, a));
+    use(S1, c);
+    end_and_replay_capture(p);
+    pool_end(p, G1); /* a's free records its event on S2 now */
+    xsa_sim_complete_all();
+    release(p, alloc(p, TENSOR, S0)); /* a malloc polls the events */
+    assert_false(waiting(p, a));
+    finish(p, (void *[]){x, c}, 2);
+}
+
+static void test_captures_ending_inside_one_routing(void **state) {
+    (void)state;
+    run_both(two_captures);
+}
+
+/* An invalidated capture orders nothing: its marked blocks wait for the
+ * routing's end. */
+static void invalidated(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, reuse_on);
+    capture_begin(p);
+    void *a = alloc(p, TENSOR, S1);
+    use(S1, a);
+    wait_stream(S2, S1);
+    use(S2, a);
+    record_stream(p, a, S2);
+    release(p, a);
+    wait_stream(S1, S2);
+    assert_int_equal(XSA_DRV(drv, stream_query, S3), XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED); /* invalidates */
+    void *b = alloc(p, TENSOR, S1);
+    NOT_REUSED(p, b, a);
+    xsa_graph g = NULL;
+    assert_int_equal(XSA_DRV(drv, stream_end_capture, S1, &g), XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED);
+    assert_null(g);
+    xsa_sim_violations v;
+    xsa_sim_get_violations(&v);
+    assert_int_equal(v.failed_captures, 1);
+    xsa_sim_clear_violations();
+    pool_end(p, G1);
+    xsa_sim_complete_all();
+    release(p, alloc(p, TENSOR, S0));
+    assert_false(waiting(p, a));
+    finish(p, (void *[]){b}, 1);
+}
+
+static void test_invalidated_capture_reuses_nothing(void **state) {
+    (void)state;
+    run_both(invalidated);
+}
+
 /* ---- many streams, long captures ---- */
 
 enum { WIDE = 11 }; /* more streams than the walk's first buffer of dependencies */
@@ -590,6 +685,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_use_outside_the_capture_waits_for_its_end),
         cmocka_unit_test(test_block_from_before_the_capture_waits),
         cmocka_unit_test(test_option_switched_at_run_time),
+        cmocka_unit_test(test_captures_ending_inside_one_routing),
+        cmocka_unit_test(test_invalidated_capture_reuses_nothing),
         cmocka_unit_test(test_many_streams),
         cmocka_unit_test(test_walk_is_incremental),
         cmocka_unit_test(test_faults_in_capture_info),
