@@ -4,7 +4,7 @@
  * after every call.
  *
  * The first byte picks the configuration (expandable with or without page
- * recycling, classic, classic with oversize blocks and garbage collection,
+ * recycling, the latter with capture-time reuse on, classic, classic with oversize blocks and garbage collection,
  * expandable with IPC handles); then each operation is an opcode byte
  * followed by argument bytes: malloc (size on a log scale, stream, slot),
  * free, record_stream, sharing a block as bytes and opening them here
@@ -255,7 +255,7 @@ static void finish(void) {
 }
 
 static const char *const confs[] = {
-    "", "page_recycling:False", "expandable_segments:False",
+    "", "page_recycling:False,graph_capture_record_stream_reuse:True", "expandable_segments:False",
     "expandable_segments:False,max_split_size_mb:20,garbage_collection_threshold:0.5", "ipc_handles:True",
 };
 
