@@ -26,11 +26,14 @@
  * dependencies about once per stream over a whole capture, and a malloc
  * whose stream has no marked block, or nothing new to visit, makes no such
  * call (PyTorch's first version walked the whole graph at every malloc:
- * captures up to 20x slower). A driver error, or a lossy query (edges with
- * data, such as programmatic launches, whose ordering is weaker), only
- * costs the reuse: the block waits for the capture's end, and a walk that
- * failed half-way starts again. Everything is forgotten when no capture is
- * left, as capture.c then flushes the deferred frees.
+ * captures up to 20x slower). Edges with data (programmatic launches,
+ * whose ordering is weaker) are never walked through: the driver refuses
+ * the query without the edge data (a lossy query), and markers behind
+ * them are not reached (terminals with such edges give no markers and no
+ * walk). A driver error only costs the reuse: the block waits for the
+ * capture's end, and a walk that failed half-way starts again. Everything
+ * is forgotten when no capture is left, as capture.c then flushes the
+ * deferred frees.
  */
 #include "pool/capture_reuse.h"
 
@@ -222,25 +225,25 @@ void xsa_capture_reuse_free(xsa_pool *p, xsa_block *b) {
 /* ---- the malloc: walks ---- */
 
 /* Node v's dependencies into r->deps; their count in *n. One call when
- * there are fewer than the buffer holds, else the count is asked for. */
-static bool dependencies(xsa_pool *p, xsa_capture_reuse *r, uintptr_t v, size_t *n) {
-    if (!grow((void **)&r->deps, &r->cap_deps, FIRST_DEPS, sizeof *r->deps)) return false;
+ * there are fewer than the buffer holds, else the count is asked for.
+ * The driver's result (out of host memory: XSA_CU_ERROR_OUT_OF_MEMORY). */
+static xsa_cu_result dependencies(xsa_pool *p, xsa_capture_reuse *r, uintptr_t v, size_t *n) {
+    if (!grow((void **)&r->deps, &r->cap_deps, FIRST_DEPS, sizeof *r->deps)) return XSA_CU_ERROR_OUT_OF_MEMORY;
     xsa_graph_node node = (xsa_graph_node)v;
-    size_t k = r->cap_deps;
-    if (XSA_DRV(p->drv, graph_node_get_dependencies, node, r->deps, &k) != XSA_CU_SUCCESS) return false;
-    if (k < r->cap_deps) {
+    size_t k = r->cap_deps, count = 0;
+    xsa_cu_result res = XSA_DRV(p->drv, graph_node_get_dependencies, node, r->deps, &k);
+    if (res != XSA_CU_SUCCESS || k < r->cap_deps) {
         *n = k;
-        return true;
+        return res;
     }
-    size_t count = 0;
-    if (XSA_DRV(p->drv, graph_node_get_dependencies, node, NULL, &count) != XSA_CU_SUCCESS) return false;
+    if ((res = XSA_DRV(p->drv, graph_node_get_dependencies, node, NULL, &count)) != XSA_CU_SUCCESS) return res;
     if (count > r->cap_deps) {
-        if (!grow((void **)&r->deps, &r->cap_deps, count, sizeof *r->deps)) return false;
+        if (!grow((void **)&r->deps, &r->cap_deps, count, sizeof *r->deps)) return XSA_CU_ERROR_OUT_OF_MEMORY;
         k = count;
-        if (XSA_DRV(p->drv, graph_node_get_dependencies, node, r->deps, &k) != XSA_CU_SUCCESS) return false;
+        if ((res = XSA_DRV(p->drv, graph_node_get_dependencies, node, r->deps, &k)) != XSA_CU_SUCCESS) return res;
     }
     *n = k < count ? k : count;
-    return true;
+    return XSA_CU_SUCCESS;
 }
 
 static bool push(xsa_capture_reuse *r, uintptr_t v) {
@@ -251,9 +254,12 @@ static bool push(xsa_capture_reuse *r, uintptr_t v) {
 
 /* Adds to w the terminals t[0..n) and their ancestors not yet in it. A
  * node joins w once its dependencies are on the stack, so a finished walk
- * leaves w closed under dependencies. On a driver error or out of host
- * memory, w is emptied (what it holds is true, but the ancestors of nodes
- * left half-done would never be visited) and false returned. */
+ * leaves w closed under dependencies, but for nodes whose dependencies
+ * have edge data (a lossy query): such a node joins without them, as its
+ * ancestors through those edges may still run when it starts, and it is
+ * never asked again. On any other driver error or out of host memory, w
+ * is emptied (what it holds is true, but the ancestors of nodes left
+ * half-done would never be visited) and false returned. */
 static bool extend(xsa_pool *p, xsa_capture_reuse *r, walk *w, const xsa_graph_node *t, size_t n) {
     r->n_stack = 0;
     bool ok = true;
@@ -263,8 +269,9 @@ static bool extend(xsa_pool *p, xsa_capture_reuse *r, walk *w, const xsa_graph_n
         uintptr_t v = r->stack[--r->n_stack];
         if (set_has(&w->visited, v)) continue;
         size_t k = 0;
-        ok = dependencies(p, r, v, &k);
-        for (size_t j = 0; ok && j < k; j++)
+        xsa_cu_result res = dependencies(p, r, v, &k);
+        ok = res == XSA_CU_SUCCESS || res == XSA_CU_ERROR_LOSSY_QUERY;
+        for (size_t j = 0; ok && res == XSA_CU_SUCCESS && j < k; j++)
             if (!set_has(&w->visited, (uintptr_t)r->deps[j])) ok = push(r, (uintptr_t)r->deps[j]);
         ok = ok && set_add(&w->visited, v);
     }

@@ -627,6 +627,43 @@ static void test_walk_is_incremental(void **state) {
     run_both(long_capture);
 }
 
+/* ---- edges with data ---- */
+
+/* A node whose dependencies have edge data (programmatic launches, which
+ * order less than a full dependency) is not walked through: the driver
+ * refuses the query without the edge data (the simulator, which has no
+ * such edges, is made to), the markers behind it are not reached, and the
+ * node is not asked again at later mallocs. */
+static void lossy(bool expandable) {
+    xsa_pool *p = make_pool(1 * GiB, expandable, reuse_on);
+    capture_begin(p);
+    void *sink = alloc(p, TENSOR, S1), *a = alloc(p, TENSOR, S1);
+    use(S1, a);
+    wait_stream(S2, S1);
+    use(S2, a);
+    record_stream(p, a, S2);
+    release(p, a);
+    wait_stream(S1, S2);
+    use(S1, sink); /* the join node: its dependencies are refused below */
+    xsa_sim_fail_call(XSA_DRV_graph_node_get_dependencies, 1, XSA_CU_ERROR_LOSSY_QUERY);
+    uint64_t asked = driver_calls(XSA_DRV_graph_node_get_dependencies);
+    void *b = alloc(p, TENSOR, S1);
+    NOT_REUSED(p, b, a);
+    assert_int_equal(driver_calls(XSA_DRV_graph_node_get_dependencies), asked + 1);
+    use(S1, b);
+    void *c = alloc(p, TENSOR, S1); /* the walk stops at the join node, known already */
+    NOT_REUSED(p, c, a);
+    assert_int_equal(driver_calls(XSA_DRV_graph_node_get_dependencies), asked + 2);
+    use(S1, c);
+    capture_end_and_replay(p);
+    finish(p, (void *[]){sink, b, c}, 3);
+}
+
+static void test_edges_with_data_are_not_walked_through(void **state) {
+    (void)state;
+    run_both(lossy);
+}
+
 /* ---- faults in the new driver calls ---- */
 
 /* Every call the 4-stream case makes to the capture info and to the node
@@ -689,6 +726,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_invalidated_capture_reuses_nothing),
         cmocka_unit_test(test_many_streams),
         cmocka_unit_test(test_walk_is_incremental),
+        cmocka_unit_test(test_edges_with_data_are_not_walked_through),
         cmocka_unit_test(test_faults_in_capture_info),
         cmocka_unit_test(test_faults_in_node_dependencies),
     };
