@@ -680,6 +680,8 @@ static void fault_sweep(xsa_driver_entry entry, bool expandable) {
     count = driver_calls(entry) - count;
     assert_ptr_equal(clean.data3, clean.data1);
     assert_true(count > 0);
+    print_message("%s, %s: every one of %llu calls made to fail\n", xsa_driver_entry_name(entry),
+                  expandable ? "expandable" : "classic", (unsigned long long)count);
     for (uint64_t nth = 1; nth <= count; nth++) {
         p = make_pool(1 * GiB, expandable, reuse_on);
         xsa_sim_fail_call(entry, nth, XSA_CU_ERROR_UNKNOWN);
