@@ -63,7 +63,7 @@
  * pinned_max_round_threshold_mb  | integer >= 0                    |          | accepted and ignored (2)
  * pinned_max_cached_size_mb      | integer >= 0                    |          | accepted and ignored (2)
  * pinned_free_catch_all          | True / False                    | False    | accepted and ignored (2)
- * graph_capture_record_stream_reuse | True / False                 | False    | accepted and ignored (3)
+ * graph_capture_record_stream_reuse | True / False                 | False    | pool.capture_reuse (3)
  * throw_on_cudamalloc_oom        | True / False                    | False    | accepted and ignored (4)
  * expandable_segments_reserve    | -                               |          | REJECTED (5)
  * expandable_segments_reserve_by_class | -                         |          | REJECTED (5)
@@ -79,8 +79,9 @@
  *     is its own. Only lock contention can differ, never results.
  * (2) Settings of PyTorch's pinned host-memory allocator, which xsalloc does
  *     not replace (it allocates device memory only).
- * (3) A CUDA-graph-capture optimisation; xsalloc has no graph-capture pools,
- *     so there is nothing to reuse; results are unchanged.
+ * (3) Capture-time reuse of blocks freed during a CUDA graph capture with
+ *     uses on other streams (pool/capture_reuse.c); it may also be set at
+ *     run time (xsa_set_allocator_settings, api/settings.c).
  * (4) PyTorch checks free memory before cudaMalloc to fail early; xsalloc
  *     asks the driver, and a failure is reported as the same out-of-memory
  *     error (XSA_ERROR_OUT_OF_MEMORY).
@@ -513,6 +514,7 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_PAGE_RECYCLING: return get_bool(ps, key, val, &o->page_recycling);
     case K_PEER_ACCESS: return get_bool(ps, key, val, &o->peer_access);
     case K_IPC_HANDLES: return get_bool(ps, key, val, &o->ipc_handles);
+    case K_GRAPH_CAPTURE_RECORD_STREAM_REUSE: return get_bool(ps, key, val, &o->capture_reuse);
 
     case K_MAX_SPLIT_SIZE_MB:
     case K_MAX_NON_SPLIT_ROUNDING_MB:
@@ -574,7 +576,6 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_PINNED_USE_CUDA_HOST_REGISTER:
     case K_PINNED_USE_BACKGROUND_THREADS:
     case K_PINNED_FREE_CATCH_ALL:
-    case K_GRAPH_CAPTURE_RECORD_STREAM_REUSE:
     case K_THROW_ON_CUDAMALLOC_OOM: return get_bool(ps, key, val, &ignored_bool) && note_ignored(cfg, key);
 
     case K_PINNED_NUM_REGISTER_THREADS: {

@@ -12,7 +12,8 @@
  *    roundup_power2_divisions, garbage_collection_threshold;
  *  - KEPT: a key not given keeps its value; given, it applies from the
  *    next request on (expandable_segments, as in PyTorch, decides where
- *    new memory goes);
+ *    new memory goes; graph_capture_record_stream_reuse from the next
+ *    free or malloc, blocks already waiting keep waiting);
  *  - FIXED: set once, when the pools are made (peer grants, exportable
  *    pages, handle sizes, the memory fraction of each device): given with
  *    another value than the one in use, the call fails naming the key and
@@ -49,6 +50,7 @@ static const struct {
     {"page_recycling", FIELD(page_recycling), KEPT, NULL},
     {"page_recycling_headroom", FIELD(page_recycling_headroom), KEPT, NULL},
     {"max_non_split_rounding_mb", FIELD(max_non_split_rounding), KEPT, NULL},
+    {"graph_capture_record_stream_reuse", FIELD(capture_reuse), KEPT, NULL},
     {"peer_access", FIELD(peer_access), FIXED, "xsa_enable_peer_access grants a device at run time"},
     {"ipc_handles", FIELD(ipc_handles), FIXED, "set it in XSALLOC_CONF before the process starts"},
     {"expandable_handle_mb", FIELD(handle_size), FIXED, "set it in XSALLOC_CONF before the process starts"},
@@ -58,7 +60,7 @@ static const struct {
 
 /* A new pool option must be given a rule above: this fails to compile
  * until the table and the size agree. */
-_Static_assert(sizeof(xsa_pool_options) == 192, "a pool option without a run-time rule in api/settings.c");
+_Static_assert(sizeof(xsa_pool_options) == 200, "a pool option without a run-time rule in api/settings.c");
 
 typedef struct merge_ctx {
     const xsa_config *given;

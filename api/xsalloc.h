@@ -198,7 +198,9 @@ typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
  * does not release cached memory, xsa_empty_cache leaves the device alone,
  * and a block with uses on other streams (xsa_record_stream) freed
  * meanwhile returns to its pool only after the capture, once those
- * streams' work queued by then has completed. The filter is called with
+ * streams' work queued by then has completed (with
+ * graph_capture_record_stream_reuse, as soon as the captured graph orders
+ * those uses before its stream's next work: api/CONFIG.md). The filter is called with
  * the device's lock held: it must not call xsalloc.
  * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool already routed to. */
 XSA_API xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx);

@@ -4,12 +4,11 @@
  * after every call.
  *
  * The first byte picks the configuration (expandable with or without page
- * recycling, classic, classic with oversize blocks and garbage collection,
- * expandable with IPC handles; its value / 5 sets flags: memory pool 1
- * gets an allocator of its own (a fake over host memory), pool 1 lends on
- * OOM (use_on_oom), pool 0 splits no block (no_split)); then each
- * operation is an opcode byte
- * followed by argument bytes: malloc (size on a log scale, stream, slot),
+ * recycling, the latter with capture-time reuse on, classic, classic with
+ * oversize blocks and garbage collection, expandable with IPC handles; its
+ * value / 5 sets flags: memory pool 1 gets an allocator of its own (a fake
+ * over host memory), pool 1 lends on OOM (use_on_oom), pool 0 splits no
+ * block (no_split)); then each operation is an opcode byte followed by argument bytes: malloc (size on a log scale, stream, slot),
  * free, record_stream, sharing a block as bytes and opening them here
  * (and granting device 1 access to device 0's memory while it is open),
  * empty_cache, completing simulated streams, a memory fraction or
@@ -336,7 +335,7 @@ static void finish(void) {
 }
 
 static const char *const confs[] = {
-    "", "page_recycling:False", "expandable_segments:False",
+    "", "page_recycling:False,graph_capture_record_stream_reuse:True", "expandable_segments:False",
     "expandable_segments:False,max_split_size_mb:20,garbage_collection_threshold:0.5", "ipc_handles:True",
 };
 

@@ -13,6 +13,7 @@
  * then. This file sits above the core (mempool.c, events.c, pool.c) and
  * release.c; none of them calls it.
  */
+#include "pool/capture_reuse.h"
 #include "pool/pool_internal.h"
 
 #include <stdio.h>
@@ -102,6 +103,7 @@ static xsa_pool_status flush_deferred(xsa_pool *p, char *err, size_t errlen) {
 /* No capture is left: deferred frees wait for events, released memory
  * pools give back what they could not during the capture. */
 static xsa_pool_status capture_over(xsa_pool *p, char *err, size_t errlen) {
+    xsa_capture_reuse_forget(p); /* the markers name nodes of graphs whose capture ended */
     xsa_pool_status st = flush_deferred(p, err, errlen);
     for (xsa_mempool *mp = p->mempools, *next; mp; mp = next) {
         next = mp->next; /* mp may go */

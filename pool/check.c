@@ -5,6 +5,7 @@
  * free sets, counts, routings, the capture's deferred frees, own
  * allocators and flags) and the stats. Slow (linear, times the memory pools), for tests.
  */
+#include "pool/capture_reuse.h"
 #include "pool/pool_internal.h"
 
 #include <string.h>
@@ -288,6 +289,7 @@ static int check_mempools(const xsa_pool *p, recount *c, char *err, size_t n) {
         capturing += p->routes[i].capture;
     }
     if (capturing != p->capturing) return xsa_check_fail(err, n, "%d capturing routings, %d counted", capturing, p->capturing);
+    if (!xsa_capture_reuse_check(p, err, n)) return 0;
     if (c->deferred != p->n_deferred)
         return xsa_check_fail(err, n, "%zu blocks deferred by a capture, %zu queued", c->deferred, p->n_deferred);
     for (size_t i = 0; i < p->n_deferred; i++)

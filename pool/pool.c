@@ -1,4 +1,5 @@
 /* pool: malloc, free and record_stream (design in pool.h). */
+#include "pool/capture_reuse.h"
 #include "pool/pool_internal.h"
 
 #include <stdio.h>
@@ -126,6 +127,7 @@ void xsa_pool_destroy(xsa_pool *p) {
     xsa_recycle_destroy(p);
     xsa_events_destroy(&p->events);
     xsa_ipc_destroy(p);
+    xsa_capture_reuse_forget(p);
     while (p->segments) {
         xsa_seg *s = p->segments;
         if (s->expandable) {
@@ -391,6 +393,9 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
      * event recorded in it would invalidate it). */
     if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, xsa_pool_block_done, p);
     if (p->exports) xsa_ipc_poll(p);
+    /* During a capture, cross-stream frees the graph has ordered may
+     * return first (capture_reuse.c); the block handed out is stamped. */
+    uint64_t capture = __builtin_expect(p->capturing, 0) ? xsa_capture_reuse_malloc(p, stream) : 0;
     xsa_mempool *mp = __builtin_expect(p->n_routes == 0, 1) ? &p->global : xsa_mempool_route(p, stream);
     size_t rounded = round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
@@ -417,6 +422,7 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }
+    if (capture) a->capture_id = capture;
     XSA_OBSERVE(p, XSA_OBS_ALLOC, kind, a->ptr, size, a->size, stream);
     *out = (void *)a->ptr;
     return XSA_POOL_OK;
@@ -447,10 +453,14 @@ static xsa_pool_status bad_pointer(const xsa_pool *p, const char *what, void *pt
 }
 
 /* A freed block used on other streams waits for events recorded on them
- * now, or during a capture for its end (capture.c records them then). */
+ * now, or during a capture for its end (capture.c records them then) or,
+ * with capture_reuse, until the captured graph orders its uses. */
 static xsa_pool_status wait_for_uses(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
     if (p->capturing) {
-        if (xsa_mempool_defer(p, b)) return XSA_POOL_OK;
+        if (xsa_mempool_defer(p, b)) {
+            xsa_capture_reuse_free(p, b); /* or sooner, once the graph orders the uses */
+            return XSA_POOL_OK;
+        }
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }

@@ -26,7 +26,8 @@
  * touch the global pool and released pools only. A memory pool may have an
  * allocator of its own, whose memory makes its (classic) segments. While
  * a capture is under way no event is queried or waited for: a cross-stream
- * free is deferred until it ends, and a miss does not release the cache.
+ * free is deferred until it ends (or, with capture_reuse, until the captured
+ * graph orders its uses), and a miss does not release the cache.
  *
  * Not thread safe: the caller (api/) holds the device's lock. The pool uses
  * the public stats struct of api/xsalloc.h as its type (no calls go back to
@@ -174,6 +175,12 @@ xsa_pool_status xsa_pool_mempool_set_no_split(xsa_pool *p, xsa_mempool_id id, bo
                                               size_t errlen);
 /* Is a capture under way on the device? */
 bool xsa_pool_capturing(const xsa_pool *p);
+/* graph_capture_record_stream_reuse at run time (pool/capture_reuse.c):
+ * on, a block freed during a capture with uses on other streams may return
+ * to the cache before the capture ends, once the captured graph orders
+ * those uses before the next work on the block's stream. Off, such frees
+ * wait for the capture's end; blocks already waiting keep waiting. */
+void xsa_pool_set_capture_reuse(xsa_pool *p, bool on);
 /* Does memory pool id exist (released or not)? Its use count in *uses. */
 bool xsa_pool_mempool_exists(const xsa_pool *p, xsa_mempool_id id, int *uses);
 

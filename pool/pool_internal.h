@@ -9,8 +9,9 @@
  * pages.c (an expandable segment's pages as blocks), recycle.c (page
  * recycling), expand.c (growing expandable segments), release.c (giving
  * memory back), ipc.c (IPC exports), peer.c (peer access), capture.c (the
- * memory pool calls and capture), settings.c (options changed at run
- * time); pool.c (malloc/free) on top; check.c,
+ * memory pool calls and capture), capture_reuse.c (capture-time reuse),
+ * settings.c (options changed at run time); pool.c (malloc/free) on top;
+ * check.c,
  * snapshot.c and info.c read. No file calls one above it. Not part of the
  * pool's interface.
  */
@@ -144,6 +145,7 @@ struct xsa_pool {
      * events are recorded once no capture is under way (capture.c). */
     xsa_block **deferred;
     size_t n_deferred, cap_deferred;
+    struct xsa_capture_reuse *reuse; /* free markers of deferred blocks (capture_reuse.c); NULL: none */
     uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
     xsa_ptr_map allocated;
     xsa_block_cache blocks;
@@ -236,6 +238,7 @@ static inline void xsa_pool_hand_out(xsa_pool *p, xsa_block *b, size_t requested
     xsa_pool_kind kind = b->seg->kind;
     b->allocated = true;
     b->requested = requested;
+    b->capture_id = 0; /* malloc stamps it during a capture (pool/capture_reuse.c) */
     xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
     p->live_blocks++;
     xsa_stats_add(p->stats.allocation, kind, 1);

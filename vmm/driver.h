@@ -175,7 +175,9 @@ typedef struct xsa_driver {
                                              const xsa_graph_node **deps, size_t *n);
     /* cuGraphNodeGetDependencies: deps NULL: *n = the count; else fills up
      * to *n entries (the rest NULL) and sets *n to the number written.
-     * Valid on the graph of a capture under way too. */
+     * Valid on the graph of a capture under way too. As above, an edge
+     * with data into the node gives CUDA_ERROR_LOSSY_QUERY (the simulated
+     * driver's graphs have none). */
     xsa_cu_result (*graph_node_get_dependencies)(xsa_graph_node node, xsa_graph_node *deps, size_t *n);
     xsa_cu_result (*graph_instantiate)(xsa_graph_exec *exec, xsa_graph graph);
     xsa_cu_result (*graph_launch)(xsa_graph_exec exec, xsa_stream stream);
