@@ -26,6 +26,7 @@
 #include "pool/check.h"
 #include "pool/checkpoint.h"
 #include "pool/info.h"
+#include "pool/own_allocator.h"
 #include "pool/ipc.h"
 #include "pool/peer.h"
 #include "pool/pool.h"
@@ -172,14 +173,32 @@ xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest) {
 xsa_status xsa_set_memory_fraction(double fraction, int device) {
     xsa_status st = xsa_api_check_device("xsa_set_memory_fraction", device);
     if (st != XSA_SUCCESS) return st;
-    if (!(fraction > 0.0 && fraction <= 1.0))
-        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in (0, 1]", fraction, device);
+    /* PyTorch's range: 0 leaves no room for new device memory. */
+    if (!(fraction >= 0.0 && fraction <= 1.0))
+        return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in [0, 1]", fraction, device);
     xsa_device_slot *s = &xsa_devices.slot[device];
     xsa_device_lock_acquire(&s->lock);
     if (s->pool)
         xsa_pool_set_memory_fraction(s->pool, fraction);
     else
         s->pending_fraction = fraction;
+    xsa_device_lock_release(&s->lock);
+    return xsa_ok();
+}
+
+xsa_status xsa_get_memory_fraction(int device, double *fraction) {
+    if (!fraction) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_memory_fraction: fraction is NULL");
+    xsa_status st = xsa_api_check_device("xsa_get_memory_fraction", device);
+    if (st != XSA_SUCCESS) return st;
+    /* Read before the device's lock: the configuration's lock is taken
+     * before the devices' (api/devices.c), never after. */
+    xsa_pool_options conf;
+    xsa_api_options(&conf);
+    xsa_device_slot *s = &xsa_devices.slot[device];
+    xsa_device_lock_acquire(&s->lock);
+    *fraction = s->pool                    ? xsa_pool_memory_fraction(s->pool)
+                : s->pending_fraction >= 0 ? s->pending_fraction
+                                           : conf.memory_fraction;
     xsa_device_lock_release(&s->lock);
     return xsa_ok();
 }
@@ -312,6 +331,36 @@ xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses) {
     xsa_pool_mempool_exists(p, id, uses);
     xsa_api_unlock(device);
     return xsa_ok();
+}
+
+xsa_status xsa_mempool_create_with_allocator(int device, xsa_mempool_id id, const xsa_mempool_allocator *allocator) {
+    xsa_status st = xsa_api_check_device("xsa_mempool_create_with_allocator", device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = xsa_pool_mempool_create_with(p, id, allocator, xsa_error_buffer(), XSA_ERROR_MAX);
+    xsa_api_unlock(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
+}
+
+typedef xsa_pool_status (*mempool_flag_call)(xsa_pool *p, xsa_mempool_id id, bool on, char *err, size_t errlen);
+
+static xsa_status on_mempool_flag(const char *fn, int device, xsa_mempool_id id, bool on, mempool_flag_call call) {
+    xsa_status st = xsa_api_check_device(fn, device);
+    if (st != XSA_SUCCESS) return st;
+    xsa_pool *p;
+    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    xsa_pool_status ps = call(p, id, on, xsa_error_buffer(), XSA_ERROR_MAX);
+    xsa_api_unlock(device);
+    return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
+}
+
+xsa_status xsa_mempool_set_use_on_oom(int device, xsa_mempool_id id, bool use_on_oom) {
+    return on_mempool_flag("xsa_mempool_set_use_on_oom", device, id, use_on_oom, xsa_pool_mempool_set_use_on_oom);
+}
+
+xsa_status xsa_mempool_set_no_split(int device, xsa_mempool_id id, bool no_split) {
+    return on_mempool_flag("xsa_mempool_set_no_split", device, id, no_split, xsa_pool_mempool_set_no_split);
 }
 
 xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx) {

@@ -50,7 +50,7 @@
  * max_non_split_rounding_mb      | integer >= 20 (MiB)             | 20       | pool.max_non_split_rounding (bytes)
  * roundup_power2_divisions       | N, or [MB:N,...,>:N] (below)    | all 0    | pool.roundup_power2_divisions[16]
  * garbage_collection_threshold   | number, 0 < x < 1               | 0 (off)  | pool.garbage_collection_threshold
- * per_process_memory_fraction    | number, 0 < x <= 1              | 1        | pool.memory_fraction
+ * per_process_memory_fraction    | number, 0 <= x <= 1             | 1        | pool.memory_fraction
  * backend                        | native                          | native   | accepted, nothing to set
  * large_segment_size_mb          | 20 only                         | 20       | accepted only at xsalloc's fixed 20 MiB
  * release_lock_on_cudamalloc     | True / False                    | False    | accepted and ignored (1)
@@ -63,7 +63,7 @@
  * pinned_max_round_threshold_mb  | integer >= 0                    |          | accepted and ignored (2)
  * pinned_max_cached_size_mb      | integer >= 0                    |          | accepted and ignored (2)
  * pinned_free_catch_all          | True / False                    | False    | accepted and ignored (2)
- * graph_capture_record_stream_reuse | True / False                 | False    | accepted and ignored (3)
+ * graph_capture_record_stream_reuse | True / False                 | False    | pool.capture_reuse (3)
  * throw_on_cudamalloc_oom        | True / False                    | False    | accepted and ignored (4)
  * expandable_segments_reserve    | -                               |          | REJECTED (5)
  * expandable_segments_reserve_by_class | -                         |          | REJECTED (5)
@@ -79,8 +79,9 @@
  *     is its own. Only lock contention can differ, never results.
  * (2) Settings of PyTorch's pinned host-memory allocator, which xsalloc does
  *     not replace (it allocates device memory only).
- * (3) A CUDA-graph-capture optimisation; xsalloc has no graph-capture pools,
- *     so there is nothing to reuse; results are unchanged.
+ * (3) Capture-time reuse of blocks freed during a CUDA graph capture with
+ *     uses on other streams (pool/capture_reuse.c); it may also be set at
+ *     run time (xsa_set_allocator_settings, api/settings.c).
  * (4) PyTorch checks free memory before cudaMalloc to fail early; xsalloc
  *     asks the driver, and a failure is reported as the same out-of-memory
  *     error (XSA_ERROR_OUT_OF_MEMORY).
@@ -93,9 +94,7 @@
  *     expandable_segments:False is an error (in either order), rather than
  *     a setting silently without effect.
  *
- * Deviations from PyTorch's ranges: per_process_memory_fraction:0 (PyTorch
- * accepts [0, 1]) is refused because it would make every allocation fail,
- * and it matches xsa_set_memory_fraction's (0, 1]; roundup_power2_divisions:0
+ * Deviations from PyTorch's ranges: roundup_power2_divisions:0
  * (single-value form, refused by PyTorch) is accepted and means "no
  * rounding", the default. max_split_size_mb / max_non_split_rounding_mb
  * values whose byte count overflows size_t are clamped to SIZE_MAX, i.e. "no
@@ -515,6 +514,7 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_PAGE_RECYCLING: return get_bool(ps, key, val, &o->page_recycling);
     case K_PEER_ACCESS: return get_bool(ps, key, val, &o->peer_access);
     case K_IPC_HANDLES: return get_bool(ps, key, val, &o->ipc_handles);
+    case K_GRAPH_CAPTURE_RECORD_STREAM_REUSE: return get_bool(ps, key, val, &o->capture_reuse);
 
     case K_MAX_SPLIT_SIZE_MB:
     case K_MAX_NON_SPLIT_ROUNDING_MB:
@@ -549,9 +549,9 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
         return 1;
     }
     case K_PER_PROCESS_MEMORY_FRACTION: {
-        const char *acc = "a number greater than 0 and at most 1, e.g. 0.5";
+        const char *acc = "a number from 0 to 1, e.g. 0.5 (0: no device memory at all)";
         if (!get_double(ps, key, val, acc, &x)) return 0;
-        if (!(x > 0.0 && x <= 1.0)) return bad_value(ps, key, val, "is out of range", acc);
+        if (!(x >= 0.0 && x <= 1.0)) return bad_value(ps, key, val, "is out of range", acc);
         o->memory_fraction = x;
         return 1;
     }
@@ -576,7 +576,6 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_PINNED_USE_CUDA_HOST_REGISTER:
     case K_PINNED_USE_BACKGROUND_THREADS:
     case K_PINNED_FREE_CATCH_ALL:
-    case K_GRAPH_CAPTURE_RECORD_STREAM_REUSE:
     case K_THROW_ON_CUDAMALLOC_OOM: return get_bool(ps, key, val, &ignored_bool) && note_ignored(cfg, key);
 
     case K_PINNED_NUM_REGISTER_THREADS: {
@@ -623,6 +622,14 @@ const char *xsa_config_env(const char **text) {
     "max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, "                  \
     "per_process_memory_fraction, backend, or a "                                                          \
     "PyTorch compatibility key listed in api/CONFIG.md"
+
+_Static_assert(K_COUNT <= 64, "xsa_config.given has a bit per key");
+
+int xsa_config_gave(const xsa_config *cfg, const char *key) {
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i].name, key) == 0) return (cfg->given >> keys[i].id) & 1;
+    return 0;
+}
 
 int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen) {
     parser ps = {err, errlen};
@@ -695,6 +702,7 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
                         show(key).s, show(val).s, show(seen_key[id]).s, show(seen_val[id]).s);
         }
         seen[id] = true;
+        cfg.given |= (uint64_t)1 << id;
         seen_key[id] = key;
         seen_val[id] = val;
 

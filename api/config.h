@@ -15,6 +15,7 @@
 #define XSA_API_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "pool/options.h"
 
@@ -27,6 +28,7 @@ typedef struct xsa_config {
      * "accepted and ignored" rows of config.c's table), as written, joined
      * by ", "; "" when none. */
     char ignored[XSA_CONFIG_IGNORED_MAX];
+    uint64_t given; /* the keys given, one bit each (xsa_config_gave) */
 } xsa_config;
 
 /* The environment variable the settings come from: the first of
@@ -41,5 +43,9 @@ const char *xsa_config_env(const char **text);
  * unchanged. Returns 1 on success, with err set to "". Thread-safe and
  * independent of the process locale. */
 int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen);
+
+/* Did the text parsed into cfg give `key` (or an alias of it)? For
+ * settings changed at run time, where a key not given keeps its value. */
+int xsa_config_gave(const xsa_config *cfg, const char *key);
 
 #endif

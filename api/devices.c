@@ -8,6 +8,8 @@
  * stderr (one line), picks the driver, counts devices and starts the lag
  * probe if XSALLOC_LAG_PROBE names a file (api/lag_probe.h). Start-up and
  * shutdown hold one mutex; they must not run concurrently with other calls.
+ * Settings changed at run time (api/settings.c) are applied with that
+ * mutex and every device's lock held; the mutex guards what they change.
  */
 #include "api/devices.h"
 
@@ -21,6 +23,7 @@
 #include "api/lag_probe.h"
 #include "api/ranges.h"
 #include "pool/pool.h"
+#include "pool/settings.h"
 #include "pool/trace.h"
 #include "vmm/driver_cuda.h"
 #include "xsalloc/sim.h"
@@ -35,6 +38,11 @@ static struct {
     const char *conf_source;   /* see xsa_api_conf_source */
     char *conf_text;           /* a copy: the environment may change */
     xsa_observer_fn observer;  /* what new pools get (xsa_devices_set_observer) */
+    /* The strings given at run time (xsa_api_change_options), one copy of
+     * each, kept until xsa_shutdown as xsa_settings promises; the last. */
+    char **texts;
+    size_t n_texts;
+    const char *runtime_text;
 } g = {.init_lock = PTHREAD_MUTEX_INITIALIZER};
 
 xsa_status xsa_use_driver(const char *name) {
@@ -106,7 +114,7 @@ static xsa_status init_locked(const char *conf) {
         atomic_init(&xsa_devices.slot[i].lock.state, 0);
         atomic_init(&xsa_devices.slot[i].lock.sleepers, 0);
         xsa_devices.slot[i].pool = NULL;
-        xsa_devices.slot[i].pending_fraction = 0;
+        xsa_devices.slot[i].pending_fraction = -1;
     }
     atomic_store_explicit(&xsa_devices.ready, true, memory_order_release);
     return XSA_SUCCESS;
@@ -177,7 +185,7 @@ xsa_status xsa_devices_create_pool(int device) {
     xsa_device_slot *s = &xsa_devices.slot[device];
     const char *warning = NULL;
     xsa_pool_options opt = g.config.pool;
-    if (s->pending_fraction > 0) opt.memory_fraction = s->pending_fraction;
+    if (s->pending_fraction >= 0) opt.memory_fraction = s->pending_fraction;
     xsa_pool_status ps =
         xsa_pool_create(&s->pool, xsa_devices.drv, device, &opt, &warning, xsa_error_buffer(), XSA_ERROR_MAX);
     if (ps != XSA_POOL_OK) {
@@ -200,29 +208,95 @@ xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool
     return XSA_SUCCESS;
 }
 
-const xsa_pool_options *xsa_api_options(void) { return &g.config.pool; }
+void xsa_api_options(xsa_pool_options *out) {
+    pthread_mutex_lock(&g.init_lock);
+    *out = g.config.pool;
+    pthread_mutex_unlock(&g.init_lock);
+}
 
 const char *xsa_api_conf_source(const char **text) {
+    pthread_mutex_lock(&g.init_lock);
+    const char *source = g.conf_source;
     *text = g.conf_text;
-    return g.conf_source;
+    pthread_mutex_unlock(&g.init_lock);
+    return source;
+}
+
+const char *xsa_api_runtime_settings(void) {
+    pthread_mutex_lock(&g.init_lock);
+    const char *text = g.runtime_text;
+    pthread_mutex_unlock(&g.init_lock);
+    return text;
+}
+
+/* The kept copy of text (init_lock held): the same string given before, or
+ * a new copy; NULL if out of host memory. */
+static const char *keep_text(const char *text) {
+    for (size_t i = 0; i < g.n_texts; i++)
+        if (strcmp(g.texts[i], text) == 0) return g.texts[i];
+    char **grown = realloc(g.texts, (g.n_texts + 1) * sizeof *grown);
+    if (!grown) return NULL;
+    g.texts = grown;
+    if (!(g.texts[g.n_texts] = strdup(text))) return NULL;
+    return g.texts[g.n_texts++];
+}
+
+xsa_status xsa_api_change_options(xsa_options_merge merge, void *ctx, const char *text) {
+    xsa_status st = xsa_api_ensure_init();
+    if (st != XSA_SUCCESS) return st;
+    pthread_mutex_lock(&g.init_lock);
+    xsa_pool_options next;
+    const char *kept = NULL;
+    st = merge(&g.config.pool, &next, ctx);
+    if (st == XSA_SUCCESS && !(kept = keep_text(text)))
+        st = xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_set_allocator_settings: out of host memory");
+    if (st != XSA_SUCCESS) {
+        pthread_mutex_unlock(&g.init_lock);
+        return st;
+    }
+    int n = xsa_devices.devices;
+    for (int d = 0; d < n; d++) xsa_device_lock_acquire(&xsa_devices.slot[d].lock);
+    /* Whether a device can map virtual memory is the one thing to ask, and
+     * the one step that can fail: asked of every pool before any changes. */
+    for (int d = 0; d < n && st == XSA_SUCCESS; d++) {
+        xsa_pool *p = xsa_devices.slot[d].pool;
+        if (p && next.expandable_segments) {
+            xsa_pool_status ps = xsa_pool_probe_vmm(p, xsa_error_buffer(), XSA_ERROR_MAX);
+            if (ps != XSA_POOL_OK) st = xsa_api_status(ps);
+        }
+    }
+    for (int d = 0; d < n && st == XSA_SUCCESS; d++) {
+        xsa_pool *p = xsa_devices.slot[d].pool;
+        const char *warning = p ? xsa_pool_set_options(p, &next) : NULL;
+        if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", d, warning);
+    }
+    if (st == XSA_SUCCESS) {
+        g.config.pool = next;
+        g.runtime_text = kept;
+    }
+    for (int d = n - 1; d >= 0; d--) xsa_device_lock_release(&xsa_devices.slot[d].lock);
+    pthread_mutex_unlock(&g.init_lock);
+    return st == XSA_SUCCESS ? xsa_ok() : st;
 }
 
 xsa_status xsa_get_settings(xsa_settings *out) {
     if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_settings: out is NULL");
     xsa_status st = xsa_api_ensure_init();
     if (st != XSA_SUCCESS) return st;
+    pthread_mutex_lock(&g.init_lock);
     const xsa_pool_options *o = &g.config.pool;
     _Static_assert(sizeof out->roundup_power2_divisions == sizeof o->roundup_power2_divisions,
                    "xsa_settings carries every roundup interval");
     *out = (xsa_settings){
-        .source = g.conf_source,
-        .text = g.conf_text,
+        .source = g.runtime_text ? "xsa_set_allocator_settings" : g.conf_source,
+        .text = g.runtime_text ? g.runtime_text : g.conf_text,
         .expandable_segments = o->expandable_segments,
         .page_recycling = o->page_recycling,
         .max_split_size = o->max_split_size,
         .garbage_collection_threshold = o->garbage_collection_threshold,
     };
     memcpy(out->roundup_power2_divisions, o->roundup_power2_divisions, sizeof out->roundup_power2_divisions);
+    pthread_mutex_unlock(&g.init_lock);
     return xsa_ok();
 }
 
@@ -247,6 +321,9 @@ void xsa_devices_stop(void) {
     atomic_store(&xsa_devices.ready, false);
     free(g.conf_text);
     g.conf_text = NULL;
+    for (size_t i = 0; i < g.n_texts; i++) free(g.texts[i]);
+    free(g.texts);
+    g.texts = NULL, g.n_texts = 0, g.runtime_text = NULL;
     g.conf_source = NULL;
     xsa_devices.drv = NULL;
     xsa_devices.devices = 0;

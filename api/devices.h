@@ -28,7 +28,7 @@
 typedef struct xsa_device_slot {
     xsa_device_lock lock;
     xsa_pool *pool;          /* created on first use */
-    double pending_fraction; /* set before the pool existed; 0 = none */
+    double pending_fraction; /* set before the pool existed; < 0 = none (0 is a fraction) */
 } xsa_device_slot;
 
 /* What the fast paths read; devices.c changes it at start-up and shutdown
@@ -98,13 +98,24 @@ xsa_status xsa_api_status(xsa_pool_status ps);
 
 /* The driver table in use (initialises if needed); NULL if none. */
 xsa_driver *xsa_active_driver(void);
-/* The configuration in use (initialised). */
-const xsa_pool_options *xsa_api_options(void);
-/* Where it came from (initialised): "xsa_init" for the string given to
+/* The configuration in use (initialised), copied. */
+void xsa_api_options(xsa_pool_options *out);
+/* Where it came from at initialisation: "xsa_init" for the string given to
  * xsa_init, else the environment variable's name (api/config.h's
  * xsa_config_env), or NULL when none was set; *text gets the string (NULL
  * with NULL). */
 const char *xsa_api_conf_source(const char **text);
+/* The last settings string given at run time (xsa_set_allocator_settings),
+ * or NULL; valid until xsa_shutdown. */
+const char *xsa_api_runtime_settings(void);
+/* For api/settings.c. Initialises if needed; then, under the lock that
+ * guards the configuration, merge() decides the new options from the
+ * current ones (or fails, the error set, and nothing changes); with every
+ * device locked, each device's pool takes them (xsa_pool_set_options) and
+ * pools created later get them; `text` becomes the settings string
+ * reported (xsa_get_settings, summaries, snapshots). */
+typedef xsa_status (*xsa_options_merge)(const xsa_pool_options *current, xsa_pool_options *next, void *ctx);
+xsa_status xsa_api_change_options(xsa_options_merge merge, void *ctx, const char *text);
 
 /* The observer every pool has, from now on and at its creation (NULL:
  * none). Called with every device's lock held (observe.c). */

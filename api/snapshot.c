@@ -150,8 +150,11 @@ static void emit_reservations(xsa_emitter *e, int device, const xsa_pool_snapsho
 }
 
 static void emit_settings(xsa_emitter *e) {
-    const xsa_pool_options *o = xsa_api_options();
-    const char *conf, *source = xsa_api_conf_source(&conf);
+    xsa_pool_options opts;
+    xsa_api_options(&opts);
+    const xsa_pool_options *o = &opts;
+    const char *conf, *source = xsa_api_conf_source(&conf), *changed = xsa_api_runtime_settings();
+    if (changed) conf = changed, source = "xsa_set_allocator_settings"; /* PyTorch's: the last string given */
     xsa_emit_dict(e);
     /* PyTorch's key for the settings string in use, whichever variable
      * gave it; then xsalloc's: which one ("none" when none was set). */

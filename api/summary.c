@@ -182,14 +182,18 @@ xsa_status xsa_memory_summary(int device, int abbreviated, char **out) {
     xsa_api_unlock(device);
     char *table = ok ? format(&stats, &snap, device, abbreviated) : NULL, *text = NULL;
     if (ok) xsa_pool_snapshot_free(&snap);
-    const char *conf, *source = xsa_api_conf_source(&conf);
+    const char *conf, *source = xsa_api_conf_source(&conf), *changed = xsa_api_runtime_settings();
+    char *then = NULL;
+    if (changed && asprintf(&then, "; changed at run time by xsa_set_allocator_settings: \"%s\"", changed) < 0)
+        then = NULL;
     int n = -1;
     if (table && !source)
         n = asprintf(&text, "%sxsalloc settings: all defaults (XSALLOC_CONF, PYTORCH_ALLOC_CONF and "
-                            "PYTORCH_CUDA_ALLOC_CONF are unset)\n", table);
+                            "PYTORCH_CUDA_ALLOC_CONF are unset)%s\n", table, then ? then : "");
     else if (table)
-        n = asprintf(&text, "%sxsalloc settings from %s: \"%s\"%s\n", table, source, conf,
-                     conf[0] ? "" : " (all defaults)");
+        n = asprintf(&text, "%sxsalloc settings from %s: \"%s\"%s%s\n", table, source, conf,
+                     conf[0] ? "" : " (all defaults)", then ? then : "");
+    free(then);
     free(table);
     if (n < 0) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_memory_summary: out of host memory");
     *out = text;

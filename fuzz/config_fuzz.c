@@ -18,7 +18,7 @@ static void check(int ok) {
 }
 
 static void check_ranges(const xsa_pool_options *o) {
-    check(o->memory_fraction > 0.0 && o->memory_fraction <= 1.0);
+    check(o->memory_fraction >= 0.0 && o->memory_fraction <= 1.0);
     check(o->garbage_collection_threshold >= 0.0 && o->garbage_collection_threshold < 1.0);
     check(o->max_split_size >= ((size_t)20 << 20));
     check(o->max_non_split_rounding >= ((size_t)20 << 20));

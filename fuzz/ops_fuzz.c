@@ -4,21 +4,26 @@
  * after every call.
  *
  * The first byte picks the configuration (expandable with or without page
- * recycling, classic, classic with oversize blocks and garbage collection,
- * expandable with IPC handles); then each operation is an opcode byte
- * followed by argument bytes: malloc (size on a log scale, stream, slot),
+ * recycling, the latter with capture-time reuse on, classic, classic with
+ * oversize blocks and garbage collection, expandable with IPC handles; its
+ * value / 5 sets flags: memory pool 1 gets an allocator of its own (a fake
+ * over host memory), pool 1 lends on OOM (use_on_oom), pool 0 splits no
+ * block (no_split)); then each operation is an opcode byte followed by argument bytes: malloc (size on a log scale, stream, slot),
  * free, record_stream, sharing a block as bytes and opening them here
  * (and granting device 1 access to device 0's memory while it is open),
- * empty_cache, completing simulated streams, a memory fraction, arming
+ * empty_cache, completing simulated streams, a memory fraction or
+ * settings changed at run time (expandable segments off and on, ...), arming
  * a driver fault (entry point, which of its next calls; the first such
- * operation of an input only), beginning or ending the routing of a
+ * operation of an input only; or the own allocator's failure at one of
+ * its next calls), beginning or ending the routing of a
  * stream to one of two memory pools (a capture), dropping a use of one,
  * and checkpointing one or restoring it to its last checkpoint (the
  * blocks the restore allocates take empty slots). A call may fail
  * (out of memory, or the armed fault) but must leave the invariants true,
  * every live allocation's data intact, and, after the faults are cleared,
  * everything freed, the cache emptied and xsa_shutdown, a simulated driver
- * holding nothing. Any violation aborts, which libFuzzer reports.
+ * holding nothing and the own allocator every segment back and told it is
+ * done once per pool. Any violation aborts, which libFuzzer reports.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -47,6 +52,8 @@ typedef struct {
 
 static slot slots[SLOTS];
 static bool fault_armed;
+/* The configuration byte's flags (see above). */
+static bool own_allocator, lends, no_split;
 /* Per memory pool {1 + i, 0}: uses held (creates and begins less
  * releases), the routed stream, or -1. */
 static int mempool_uses[MEMPOOLS], routed[MEMPOOLS];
@@ -95,6 +102,54 @@ static xsa_mempool_id mempool(int i) { return (xsa_mempool_id){(uint64_t)i + 1, 
 
 static bool routes(void *ctx, void *stream) { return stream == ctx; }
 
+/* Memory pool 1's own allocator: host memory, counted; fails its
+ * fail_at-th call from the arming on. Called under the device's lock. */
+static struct {
+    int live, created, released, calls, fail_at;
+} own;
+
+static void *own_alloc(void *ctx, size_t size, int device, void *stream) {
+    (void)ctx, (void)device, (void)stream;
+    if (own.fail_at && ++own.calls == own.fail_at) return NULL;
+    void *p = aligned_alloc(4096, size);
+    own.live += p != NULL;
+    return p;
+}
+
+static void own_free(void *ctx, void *ptr, size_t size, int device, void *stream) {
+    (void)ctx, (void)size, (void)device, (void)stream;
+    check(own.live > 0, "the own allocator freed more than it handed out");
+    own.live--;
+    free(ptr);
+}
+
+static void own_release(void *ctx) {
+    (void)ctx;
+    check(own.live == 0, "the own allocator was released with segments out");
+    own.released++;
+}
+
+/* Before pool i's first use: its allocator and flags (a pool released but
+ * still holding memory keeps them: INVALID). */
+static void make_mempool(int i) {
+    xsa_status st = XSA_SUCCESS;
+    if (i == 1 && own_allocator) {
+        xsa_mempool_allocator a = {own_alloc, own_free, own_release, NULL};
+        st = xsa_mempool_create_with_allocator(0, mempool(i), &a);
+        own.created += st == XSA_SUCCESS;
+    } else if (i == 1 ? lends : no_split) {
+        st = xsa_mempool_create(0, mempool(i));
+    } else {
+        return;
+    }
+    /* DRIVER: creating the device's pool under a fault */
+    check(st == XSA_SUCCESS || st == XSA_ERROR_INVALID_VALUE || st == XSA_ERROR_DRIVER, "mempool create");
+    if (st != XSA_SUCCESS) return;
+    mempool_uses[i]++;
+    if (i == 1 && lends) check(xsa_mempool_set_use_on_oom(0, mempool(i), true) == XSA_SUCCESS, "set_use_on_oom");
+    if (i == 0 && no_split) check(xsa_mempool_set_no_split(0, mempool(i), true) == XSA_SUCCESS, "set_no_split");
+}
+
 /* Begins routing a stream to memory pool i, or ends its routing. */
 static void toggle_routing(int i, unsigned stream) {
     if (routed[i] >= 0) {
@@ -105,6 +160,7 @@ static void toggle_routing(int i, unsigned stream) {
         routed[i] = -1;
         return;
     }
+    if (!mempool_uses[i]) make_mempool(i);
     xsa_status st = xsa_begin_allocate_to_pool(0, mempool(i), routes, stream_of(stream));
     check(st == XSA_SUCCESS || st == XSA_ERROR_DRIVER, "begin_allocate_to_pool"); /* DRIVER: creating the device's pool */
     if (st != XSA_SUCCESS) return;
@@ -188,6 +244,20 @@ static void share_and_open(const slot *s, bool peer) {
     check(st == XSA_SUCCESS || (fault_armed && st == XSA_ERROR_DRIVER), "ipc_close");
 }
 
+/* Settings changed at run time: refused only where a key set at
+ * initialisation is in the way (IPC handles need expandable segments), or
+ * for the armed fault (asking the device about virtual memory). */
+static void change_settings(uint8_t pick) {
+    static const char *const confs[] = {
+        "expandable_segments:False", "expandable_segments:True", "max_split_size_mb:20",
+        "roundup_power2_divisions:[64:8,>:2]", "garbage_collection_threshold:0.5", "",
+        "page_recycling:False,max_non_split_rounding_mb:40", "page_recycling:True,expandable_segments:True",
+    };
+    xsa_status st = xsa_set_allocator_settings(confs[pick % (sizeof confs / sizeof confs[0])]);
+    check(st == XSA_SUCCESS || st == XSA_ERROR_NOT_SUPPORTED || (fault_armed && st == XSA_ERROR_DRIVER),
+          "set_allocator_settings");
+}
+
 static void run_op(input *in) {
     uint8_t op = next(in);
     switch (op % 10) {
@@ -204,13 +274,21 @@ static void run_op(input *in) {
     }
     case 4: xsa_empty_cache(); break; /* may fail on an armed fault */
     case 5: if (op & 8) xsa_sim_complete_all(); else xsa_sim_complete_stream(stream_of(op >> 4)); break;
-    case 6: check(xsa_set_memory_fraction((next(in) % 16 + 1) / 16.0, 0) == XSA_SUCCESS, "set_memory_fraction"); break;
+    case 6:
+        if (op & 0x80)
+            change_settings(next(in));
+        else
+            check(xsa_set_memory_fraction((next(in) % 17) / 16.0, 0) == XSA_SUCCESS, "set_memory_fraction");
+        break;
     case 7: {
         uint8_t e = next(in), n = next(in);
         xsa_driver_entry entry = (xsa_driver_entry)(e % XSA_DRV_COUNT);
         /* One fault per input: the allocator undoes a failed step, it does
          * not claim to survive the undo failing too. */
-        if (!fault_armed) xsa_sim_fail_call(entry, n % 4 + 1, e & 0x80 ? XSA_CU_ERROR_OUT_OF_MEMORY : XSA_CU_ERROR_UNKNOWN);
+        if (!fault_armed && (e & 0x40) && own_allocator)
+            own.calls = 0, own.fail_at = n % 4 + 1;
+        else if (!fault_armed)
+            xsa_sim_fail_call(entry, n % 4 + 1, e & 0x80 ? XSA_CU_ERROR_OUT_OF_MEMORY : XSA_CU_ERROR_UNKNOWN);
         fault_armed = true;
         break;
     }
@@ -230,6 +308,7 @@ static void run_op(input *in) {
 
 static void finish(void) {
     xsa_sim_clear_faults();
+    own.fail_at = 0;
     for (int i = 0; i < MEMPOOLS; i++)
         if (routed[i] >= 0) toggle_routing(i, 0);
     for (int i = 0; i < SLOTS; i++) {
@@ -252,10 +331,11 @@ static void finish(void) {
     xsa_sim_usage u;
     xsa_sim_get_usage(&u);
     check(u.handles + u.mapped_bytes + u.reservations + u.mem_allocs + u.events == 0, "driver resources leaked");
+    check(own.live == 0 && own.released == own.created, "the own allocator's segments or releases are missing");
 }
 
 static const char *const confs[] = {
-    "", "page_recycling:False", "expandable_segments:False",
+    "", "page_recycling:False,graph_capture_record_stream_reuse:True", "expandable_segments:False",
     "expandable_segments:False,max_split_size_mb:20,garbage_collection_threshold:0.5", "ipc_handles:True",
 };
 
@@ -267,7 +347,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     c.devices = 2; /* device 1 may be granted access to device 0's memory */
     check(xsa_sim_configure(&c) == XSA_CU_SUCCESS, "the simulated driver still holds resources");
     check(xsa_use_driver("sim") == XSA_SUCCESS, "use_driver");
-    check(xsa_init(confs[next(&in) % 5]) == XSA_SUCCESS, "init");
+    uint8_t conf = next(&in);
+    check(xsa_init(confs[conf % 5]) == XSA_SUCCESS, "init");
+    own_allocator = conf / 5 & 1, lends = conf / 5 & 2, no_split = conf / 5 & 4;
+    memset(&own, 0, sizeof own);
     memset(slots, 0, sizeof slots);
     fault_armed = false;
     for (int i = 0; i < MEMPOOLS; i++) {

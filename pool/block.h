@@ -35,6 +35,7 @@ typedef struct xsa_block {
     bool in_free_set;
     bool draining;           /* mapped, but its pages moved on (pool/recycle): not the pool's memory */
     bool capture_deferred;   /* freed during capture with other stream uses: waits for the capture's end */
+    uint64_t capture_id;     /* the capture it was handed out in (capture_reuse on), else 0 */
     int event_count;         /* record_stream events still outstanding after free */
     int ipc_exports;         /* IPC exports not yet seen closed or revoked: the block is pinned */
     uint64_t gc_base;        /* pool's free-block lookup count when it became free */

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 
+#include "pool/capture_reuse.h"
 #include "pool/core.h"
 #include "pool/events.h"
 #include "pool/mempool.h"
@@ -108,6 +109,7 @@ static xsa_pool_status flush_deferred(xsa_pool *p, char *err, size_t errlen) {
 /* No capture is left: deferred frees wait for events, released memory
  * pools give back what they could not during the capture. */
 static xsa_pool_status capture_over(xsa_pool *p, char *err, size_t errlen) {
+    xsa_capture_reuse_forget(p); /* the markers name nodes of graphs whose capture ended */
     xsa_pool_status st = flush_deferred(p, err, errlen);
     for (xsa_mempool *mp = p->mempools, *next; mp; mp = next) {
         next = mp->next; /* mp may go */

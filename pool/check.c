@@ -2,14 +2,16 @@
  * pool/check: the pool's invariant checker. Recounts everything from the
  * blocks and compares with the free sets, the pointer map, the segments'
  * pages (and their chunks' sizes), the event queues, the IPC export list, the memory pools (their
- * free sets, counts, routings and the capture's deferred frees) and the
- * stats. Slow (linear, times the memory pools), for tests.
+ * free sets, counts, routings, the capture's deferred frees, own
+ * allocators and flags) and the stats. Slow (linear, times the memory pools), for tests.
  */
 #include "pool/check.h"
 
 #include <string.h>
 
 #include "pool/block.h"
+#include "pool/capture_reuse.h"
+#include "pool/core.h"
 #include "pool/free_set.h"
 #include "pool/mempool.h"
 #include "pool/ptr_map.h"
@@ -147,7 +149,7 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     } else if (s->size >= p->opt.max_split_size) {
         c->oversize_segments++;
     }
-    if (bytes) c->segment[s->kind]++;
+    if (!s->expandable) c->segment[s->kind]++; /* expandable segments never count (pages.c) */
     c->reserved_bytes[s->kind] += (int64_t)bytes;
     return 1;
 }
@@ -193,18 +195,41 @@ static int check_free_set(const xsa_pool *p, const xsa_mempool *mp, int kind, re
     return 1;
 }
 
+/* Segment s of memory pool mp: an own allocator's memory makes classic
+ * segments only; its split rule is its kind's, type's and pool's, and a
+ * classic segment of a no_split pool is one block. */
+static int check_own_segment(const xsa_mempool *mp, const xsa_seg *s, char *err, size_t n) {
+    unsigned long long a = mp->id.first, b = mp->id.second;
+    if (xsa_mempool_owns_allocator(mp) && s->expandable)
+        return xsa_check_fail(err, n, "memory pool (%llu, %llu) has an allocator of its own and an expandable segment",
+                              a, b);
+    if (s->split != xsa_seg_split_rule(s))
+        return xsa_check_fail(err, n, "segment %#lx: split rule %d, its kind, type and pool's %d",
+                              (unsigned long)s->base, s->split, xsa_seg_split_rule(s));
+    if (s->split == XSA_SPLIT_NEVER && !s->expandable && s->first->next)
+        return xsa_check_fail(err, n, "segment %#lx of no_split memory pool (%llu, %llu) is split",
+                              (unsigned long)s->base, a, b);
+    return 1;
+}
+
 /* Memory pool mp: its segment count agrees with a recount, one
- * expandable segment per (stream, kind), and its free sets check. */
+ * expandable segment per (stream, kind), its segments fit its allocator
+ * and flags, and its free sets check. */
 static int check_mempool(const xsa_pool *p, const xsa_mempool *mp, recount *c, char *err, size_t n) {
     size_t segments = 0;
     for (const xsa_seg *s = p->segments; s; s = s->next_seg) {
         if (s->mp != mp) continue;
         segments++;
+        if (!check_own_segment(mp, s, err, n)) return 0;
         for (const xsa_seg *t = s->next_seg; t && s->expandable; t = t->next_seg)
             if (t->mp == mp && t->expandable && t->kind == s->kind && t->stream == s->stream)
                 return xsa_check_fail(err, n, "two expandable segments of one memory pool, stream and kind");
     }
     unsigned long long a = mp->id.first, b = mp->id.second;
+    if (!mp->allocator.alloc != !mp->allocator.free)
+        return xsa_check_fail(err, n, "memory pool (%llu, %llu): an allocator without alloc or free", a, b);
+    if (xsa_mempool_is_global(p, mp) && (mp->allocator.alloc || mp->use_on_oom || mp->no_split))
+        return xsa_check_fail(err, n, "the global memory pool has an allocator of its own, use_on_oom or no_split");
     if (segments != mp->segments)
         return xsa_check_fail(err, n, "memory pool (%llu, %llu): %zu segments counted, %zu found", a, b, mp->segments,
                               segments);
@@ -272,6 +297,7 @@ static int check_mempools(const xsa_pool *p, recount *c, char *err, size_t n) {
         capturing += p->routes[i].capture;
     }
     if (capturing != p->capturing) return xsa_check_fail(err, n, "%d capturing routings, %d counted", capturing, p->capturing);
+    if (!xsa_capture_reuse_check(p, err, n)) return 0;
     if (c->deferred != p->n_deferred)
         return xsa_check_fail(err, n, "%zu blocks deferred by a capture, %zu queued", c->deferred, p->n_deferred);
     for (size_t i = 0; i < p->n_deferred; i++)

@@ -140,6 +140,9 @@ static xsa_pool_status check_block(const xsa_pool *p, plan *pl, const xsa_live_b
     const xsa_seg *s = segment_of(p, pl->mp, lo);
     if (!s || hi > s->base + s->size) return refuse(p, pl, e, "not inside one of the pool's segments", err, errlen);
     if (e->stream != s->stream) return refuse(p, pl, e, "its stream is not its segment's", err, errlen);
+    if (s->split == XSA_SPLIT_NEVER && !s->expandable && (lo != s->base || hi != s->base + s->size))
+        return refuse(p, pl, e, "the pool splits no block (no_split): a block in a classic segment of it covers the "
+                                "segment", err, errlen);
     for (const xsa_block *b = block_of(s, lo); b && b->ptr < hi; b = b->next) {
         if (!xsa_block_holds_memory(b))
             return refuse(p, pl, e, "part of it is not mapped (that memory of the pool was released)", err, errlen);

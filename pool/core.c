@@ -111,6 +111,7 @@ void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t 
     s->base = base;
     s->size = size;
     s->first = b;
+    s->split = (uint8_t)xsa_seg_split_rule(s);
     b->ptr = base;
     b->size = size;
     b->stream = s->stream;

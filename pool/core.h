@@ -46,6 +46,11 @@ xsa_seg *xsa_pool_new_records(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, 
 xsa_pool_status xsa_pool_segment_failed(xsa_pool *p, xsa_seg *s, xsa_block *b, const char *call, xsa_cu_result r,
                                         char *err, size_t errlen);
 void xsa_pool_link_new_segment(xsa_pool *p, xsa_seg *s, xsa_block *b, uintptr_t base, size_t size);
+/* Segment s's split rule, from its pool kind, type and memory pool. */
+static inline xsa_split_rule xsa_seg_split_rule(const xsa_seg *s) {
+    if (s->mp->no_split) return XSA_SPLIT_NEVER;
+    return s->kind == XSA_POOL_SMALL || s->expandable ? XSA_SPLIT_ANY_REST : XSA_SPLIT_CLASSIC_LARGE;
+}
 
 /* Segment list. drop is the end of a linked segment's record: out of the
  * list, its stream detached from the free set, freed (its blocks are gone). */

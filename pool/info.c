@@ -31,6 +31,8 @@ xsa_pool_status xsa_pool_base_allocation(xsa_pool *p, void *ptr, void **base, si
     return XSA_POOL_OK;
 }
 
+double xsa_pool_memory_fraction(const xsa_pool *p) { return p->opt.memory_fraction; }
+
 void xsa_pool_set_memory_fraction(xsa_pool *p, double fraction) {
     p->opt.memory_fraction = fraction;
     p->allowed_max = (size_t)(fraction * (double)p->device_total);

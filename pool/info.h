@@ -16,5 +16,6 @@ void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest);
  * the mapped run of an expandable segment around ptr. */
 xsa_pool_status xsa_pool_base_allocation(xsa_pool *p, void *ptr, void **base, size_t *size);
 void xsa_pool_set_memory_fraction(xsa_pool *p, double fraction);
+double xsa_pool_memory_fraction(const xsa_pool *p);
 
 #endif

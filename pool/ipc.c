@@ -31,6 +31,7 @@
 #include "pool/block.h"
 #include "pool/core.h"
 #include "pool/ipc_state.h"
+#include "pool/mempool.h"
 #include "pool/ptr_map.h"
 #include "pool/state.h"
 
@@ -88,7 +89,9 @@ static uint64_t new_export_id(void) {
 /* Why block b cannot be exported, or NULL. */
 static const char *refusal(const xsa_pool *p, const xsa_block *b) {
     if (!b->seg->expandable)
-        return "it is in a classic cuMemAlloc segment; IPC export needs expandable segments";
+        return xsa_mempool_owns_allocator(b->seg->mp)
+                   ? "it is memory of its memory pool's own allocator; IPC export needs expandable segments"
+                   : "it is in a classic cuMemAlloc segment; IPC export needs expandable segments";
     if (!p->opt.ipc_handles) return "IPC is off: set ipc_handles:True in XSALLOC_CONF";
     if (!p->ipc)
         return "IPC is off: the driver refused exportable (POSIX file descriptor) memory handles, so ipc_handles "

@@ -5,8 +5,9 @@
  * A device has few memory pools (a graph each, a MemPool each) and fewer
  * routings at once, so both are plain lists searched linearly; the hot
  * path pays one test of n_routes and nothing else. The records call only
- * the free sets below them: releasing memory and recording events are the
- * policies' (release.c, capture.c).
+ * the free sets below them (and, when a record goes, its own allocator's
+ * release): releasing memory and recording events are the policies'
+ * (release.c, capture.c).
  */
 #include "pool/mempool.h"
 
@@ -37,6 +38,8 @@ xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id) {
 }
 
 static void free_record(xsa_mempool *mp) {
+    /* The record was the last user of its allocator's context. */
+    if (mp->allocator.release) mp->allocator.release(mp->allocator.ctx);
     for (int k = 0; k < XSA_POOL_KINDS; k++) xsa_free_set_destroy(&mp->free[k]);
     free(mp->kept);
     free(mp);

@@ -15,7 +15,8 @@
 xsa_mempool *xsa_mempool_find(xsa_pool *p, xsa_mempool_id id);
 /* A new memory pool record with use_count 1; NULL if out of host memory. */
 xsa_mempool *xsa_mempool_new(xsa_pool *p, xsa_mempool_id id);
-/* Unlinks and frees a memory pool that has no segment left. */
+/* Unlinks and frees a memory pool that has no segment left; its own
+ * allocator, if any, is told it is done (release(ctx)). */
 void xsa_mempool_delete(xsa_pool *p, xsa_mempool *mp);
 /* Does a block of mp's segments hold memory in use? (A scan: asked only
  * of released pools, so that the hot paths keep no count.) */
@@ -37,10 +38,13 @@ void xsa_mempool_drop_kept(xsa_pool *p, xsa_mempool *mp, void (*release)(xsa_poo
 /* Queues b (freed during capture, with uses on other streams) for its
  * events; false if out of host memory, b unchanged. */
 bool xsa_mempool_defer(xsa_pool *p, xsa_block *b);
-/* Frees every record (pool teardown; the segments are gone). */
+/* Frees every record (pool teardown; the segments are gone), telling
+ * their own allocators as delete does. */
 void xsa_mempool_destroy_all(xsa_pool *p);
 
 static inline bool xsa_mempool_is_global(const xsa_pool *p, const xsa_mempool *mp) { return mp == &p->global; }
+/* Do mp's segments come from an allocator of its own? */
+static inline bool xsa_mempool_owns_allocator(const xsa_mempool *mp) { return mp->allocator.alloc != NULL; }
 /* Released (use_count 0): no new use may route to it. */
 static inline bool xsa_mempool_released(const xsa_mempool *mp) { return mp->use_count == 0; }
 /* Released and kept by no pool in use: its free memory may go back to the device. */

@@ -33,6 +33,12 @@ typedef struct xsa_pool_options {
      * recycling. With page recycling, a handle is also at most 1/8 of the
      * headroom (pool/recycle.c). */
     size_t handle_size;
+    /* graph_capture_record_stream_reuse (default false): a block freed
+     * during a capture with uses on other streams may be reused on its
+     * stream once the captured graph orders those uses before new work
+     * (pool/capture_reuse.c). May change at run time
+     * (xsa_pool_set_capture_reuse). */
+    bool capture_reuse;
 } xsa_pool_options;
 
 void xsa_pool_options_default(xsa_pool_options *o);

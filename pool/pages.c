@@ -17,12 +17,11 @@
 
 void xsa_pages_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign) {
     size_t pages = moved + created, bytes = pages * p->page_size;
-    /* Moved pages are not device allocations or frees. */
-    bool crossed_empty = xsa_seg_owned_pages(s) == (sign > 0 ? pages : 0);
     p->reserved = sign > 0 ? p->reserved + bytes : p->reserved - bytes;
     xsa_stats_update(p->stats.reserved_bytes, s->kind, sign * (int64_t)bytes);
-    /* A segment counts while it has mapped memory. */
-    if (crossed_empty) xsa_stats_update(p->stats.segment, s->kind, sign);
+    /* `segment` counts device allocations of whole segments (cuMemAlloc),
+     * as PyTorch's expandable segments leave it: they never count one.
+     * Moved pages are not device allocations or frees. */
     if (!created) return;
     if (sign > 0) {
         p->stats.num_device_alloc++;

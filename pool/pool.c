@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "pool/block.h"
+#include "pool/capture_reuse.h"
 #include "pool/core.h"
 #include "pool/events.h"
 #include "pool/expand.h"
@@ -13,6 +14,7 @@
 #include "pool/ipc.h"
 #include "pool/mempool.h"
 #include "pool/options.h"
+#include "pool/own_allocator.h"
 #include "pool/peer.h"
 #include "pool/ptr_map.h"
 #include "pool/recycle.h"
@@ -109,6 +111,7 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
         destroy_empty(p);
         return XSA_POOL_DRIVER_ERROR;
     }
+    p->vmm = opt->expandable_segments ? (int8_t)(vmm != 0) : -1;
     p->expandable = opt->expandable_segments && vmm;
     p->ipc = p->expandable && opt->ipc_handles && xsa_ipc_probe(p);
     if (p->expandable && opt->peer_access) {
@@ -140,6 +143,7 @@ void xsa_pool_destroy(xsa_pool *p) {
     xsa_recycle_destroy(p);
     xsa_events_destroy(&p->events);
     xsa_ipc_destroy(p);
+    xsa_capture_reuse_forget(p);
     while (p->segments) {
         xsa_seg *s = p->segments;
         if (s->expandable) {
@@ -147,7 +151,7 @@ void xsa_pool_destroy(xsa_pool *p) {
             xsa_segment_destroy(&s->vm);
         }
         else
-            xsa_driver_mem_free_relaxed(p->drv, s->base);
+            xsa_classic_free(p, s);
         free_segment_blocks(p, s);
         xsa_pool_drop_segment(p, s);
     }
@@ -171,6 +175,12 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kin
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
     if (!b || b->stream != stream) return NULL;
+    if (__builtin_expect(b->seg->expandable && !p->expandable, 0)) {
+        /* Expandable segments turned off at run time: as in PyTorch, no
+         * request is placed in one any more (pool/settings.c). */
+        while (b && b->stream == stream && b->seg->expandable) b = xsa_free_set_next(set, b);
+        if (!b || b->stream != stream) return NULL;
+    }
     /* A later block (never smaller) can only win when b could grow into
      * unmapped space after it. */
     while (b->seg->expandable && expandable_size(b) > b->size) {
@@ -184,10 +194,15 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kin
     return b;
 }
 
+/* PyTorch's should_split, by the block's segment's rule (a memory pool's
+ * own allocator makes classic segments in expandable mode too). */
 static bool should_split(const xsa_pool *p, const xsa_block *b, size_t size) {
     size_t remaining = b->size - size;
-    if (b->seg->kind == XSA_POOL_SMALL || p->expandable) return remaining >= XSA_MIN_BLOCK_SIZE;
-    return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
+    switch (b->seg->split) {
+    case XSA_SPLIT_ANY_REST: return remaining >= XSA_MIN_BLOCK_SIZE;
+    case XSA_SPLIT_CLASSIC_LARGE: return size < p->opt.max_split_size && remaining > XSA_SMALL_SIZE;
+    default: return false; /* no_split */
+    }
 }
 
 /* The cache hit: hands out `size` bytes at the start of free block b; a
@@ -238,16 +253,17 @@ static xsa_block *handed_over_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind 
     return get_free_block(p, mp, kind, stream, size);
 }
 
-/* A classic segment: one cuMemAlloc, one block covering it. */
+/* A classic segment: one cuMemAlloc (or the memory pool's own
+ * allocator), one block covering it. */
 static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                      xsa_block **out, char *err, size_t errlen) {
     xsa_block *b;
     xsa_seg *s = xsa_pool_new_records(p, mp, kind, stream, &b, err, errlen);
     if (!s) return XSA_POOL_HOST_OOM;
-    xsa_devptr ptr = 0;
-    xsa_cu_result r = xsa_driver_mem_alloc_relaxed(p->drv, &ptr, size, p->device);
+    uintptr_t base = 0;
+    xsa_cu_result r = xsa_classic_alloc(p, mp, stream, size, &base);
     if (r != XSA_CU_SUCCESS) return xsa_pool_segment_failed(p, s, b, "cuMemAlloc", r, err, errlen);
-    xsa_pool_link_new_segment(p, s, b, (uintptr_t)ptr, size);
+    xsa_pool_link_new_segment(p, s, b, base, size);
     p->reserved += size;
     xsa_stats_update(p->stats.segment, kind, 1);
     xsa_stats_update(p->stats.reserved_bytes, kind, (int64_t)size);
@@ -263,55 +279,112 @@ static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind
 static xsa_pool_status alloc_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                    bool retry, xsa_block **out, char *err, size_t errlen) {
     if (retry) p->stats.num_alloc_retries++;
-    if (p->expandable) return xsa_expand_alloc(p, mp, kind, stream, size, out, err, errlen);
+    if (p->expandable && !xsa_mempool_owns_allocator(mp))
+        return xsa_expand_alloc(p, mp, kind, stream, size, out, err, errlen);
     size_t alloc_size = allocation_size(size);
     if (p->reserved + alloc_size > p->allowed_max) return XSA_POOL_OOM;
     return alloc_classic(p, mp, kind, stream, alloc_size, out, err, errlen);
 }
 
-static void format_bytes(char *buf, size_t len, size_t bytes) {
-    if (bytes < 1024)
+/* PyTorch's format_size: up to 1 KiB in bytes, then KiB, MiB and GiB with
+ * two decimals (the boundaries included in the smaller unit). */
+static void format_size(char *buf, size_t len, size_t bytes) {
+    if (bytes <= 1024)
         snprintf(buf, len, "%zu bytes", bytes);
-    else if (bytes < ((size_t)1 << 20))
+    else if (bytes <= ((size_t)1 << 20))
         snprintf(buf, len, "%.2f KiB", bytes / 1024.0);
-    else if (bytes < ((size_t)1 << 30))
+    else if (bytes <= ((size_t)1 << 30))
         snprintf(buf, len, "%.2f MiB", bytes / 1048576.0);
     else
         snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
 }
 
+/* Free cached memory of the memory pools other than the global one: it
+ * serves only their own allocations (PyTorch's "allocated in private
+ * pools"). */
+static size_t private_pools_cached(const xsa_pool *p) {
+    size_t bytes = 0;
+    for (const xsa_mempool *mp = p->mempools; mp; mp = mp->next)
+        for (int k = 0; k < XSA_POOL_KINDS; k++) bytes += mp->free[k].bytes;
+    return bytes;
+}
+
+/* PyTorch tells a request of 1 EiB or more apart. */
+#define ONE_EXA_BYTES ((size_t)1 << 60)
+
+/* The out-of-memory report: PyTorch's sentences, word for word and in its
+ * order, with xsalloc's figures (the allocator named as what it is), then
+ * xsalloc's own detail. "Tried to allocate" is, as in PyTorch, the size of
+ * the segment the request would need (allocation_size), not the request. */
 static void oom_report(xsa_pool *p, size_t requested, xsa_stream stream, char *err, size_t errlen) {
     size_t free_bytes = 0, total = 0;
     XSA_DRV(p->drv, mem_get_info, p->device, &free_bytes, &total);
     XSA_OBSERVE(p, XSA_OBS_OOM, requested <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE, free_bytes, requested,
                 requested, stream);
+    char tot[32], fre[32];
+    format_size(tot, sizeof tot, total);
+    format_size(fre, sizeof fre, free_bytes);
+    if (requested >= ONE_EXA_BYTES) {
+        snprintf(err, errlen,
+                 "CUDA out of memory. Tried to allocate more than 1EB memory. xsalloc: the request was %zu bytes on "
+                 "stream %p; GPU %d has a total capacity of %s of which %s is free.",
+                 requested, stream, p->device, tot, fre);
+        return;
+    }
+    size_t rounded = round_size(&p->opt, requested), priv = private_pools_cached(p);
     size_t allocated = (size_t)p->stats.allocated_bytes[XSA_STAT_ALL].current;
-    char req[32], tot[32], fre[32], alc[32], res[32], unal[32], cap[32];
-    format_bytes(req, sizeof req, requested);
-    format_bytes(tot, sizeof tot, total);
-    format_bytes(fre, sizeof fre, free_bytes);
-    format_bytes(alc, sizeof alc, allocated);
-    format_bytes(res, sizeof res, p->reserved);
-    format_bytes(unal, sizeof unal, p->reserved - allocated);
-    format_bytes(cap, sizeof cap, p->allowed_max);
+    char seg[32], alc[32], unal[32], allowed[64] = "", in_priv[96] = "";
+    format_size(seg, sizeof seg, allocation_size(rounded));
+    format_size(alc, sizeof alc, allocated + priv);
+    format_size(unal, sizeof unal, p->reserved - allocated - priv);
+    if (p->opt.memory_fraction < 1.0) {
+        format_size(allowed, sizeof allowed, p->allowed_max);
+        strcat(allowed, " allowed; ");
+    }
+    if (priv) {
+        char b[32];
+        format_size(b, sizeof b, priv);
+        snprintf(in_priv, sizeof in_priv, "with %s allocated in private pools (e.g., CUDA Graphs), ", b);
+    }
     snprintf(err, errlen,
-             "out of memory: tried to allocate %s on device %d, which has a total capacity of %s of which %s is "
-             "free. xsalloc has %s allocated and %s reserved, %s of it reserved but unallocated%s%s. If reserved "
-             "but unallocated memory is large, set max_split_size_mb in XSALLOC_CONF to limit splitting of large "
-             "blocks, or expandable_segments:True to avoid fragmentation.",
-             req, p->device, tot, fre, alc, res, unal, p->opt.memory_fraction < 1.0 ? "; the memory fraction caps reserved memory at " : "",
-             p->opt.memory_fraction < 1.0 ? cap : "");
+             "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "
+             "%sOf the allocated memory %s is allocated by xsalloc, %sand %s is reserved by xsalloc but "
+             "unallocated. xsalloc: the request was %zu bytes (a %zu-byte block) on stream %p. %s",
+             seg, p->device, tot, fre, allowed, alc, in_priv, unal, requested, rounded, stream,
+             p->expandable ? "If reserved but unallocated memory is large, set max_split_size_mb in XSALLOC_CONF to "
+                             "limit splitting of large blocks."
+                           : "If reserved but unallocated memory is large, set expandable_segments:True (xsalloc's "
+                             "default) in XSALLOC_CONF to avoid fragmentation, or max_split_size_mb to limit "
+                             "splitting of large blocks.");
 }
 
-/* The miss path: PyTorch's order of fallbacks. During a capture nothing
- * is released: freeing memory synchronizes, and the full release waits
- * for events. */
+/* PyTorch's use_on_oom: a free block (left in its free set) of a memory
+ * pool in use that lends its memory to the global pool's misses. */
+static xsa_block *lent_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
+    for (xsa_mempool *mp = p->mempools; mp; mp = mp->next) {
+        if (!mp->use_on_oom || xsa_mempool_released(mp)) continue;
+        xsa_block *b = get_free_block(p, mp, kind, stream, size);
+        if (b) return b;
+    }
+    return NULL;
+}
+
+/* The miss path: PyTorch's order of fallbacks. *lent says that *out is a
+ * cached block of a use_on_oom pool, still in its free set (the lending
+ * comes before any release, as in PyTorch: releasing is expensive).
+ * During a capture nothing is released: freeing memory synchronizes, and
+ * the full release waits for events. */
 static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream,
-                                     size_t size, xsa_block **out, char *err, size_t errlen) {
+                                     size_t size, xsa_block **out, bool *lent, char *err, size_t errlen) {
     bool capturing = p->capturing > 0;
     if (p->opt.garbage_collection_threshold > 0 && !capturing) xsa_garbage_collect(p);
     xsa_pool_status st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
-    if (st != XSA_POOL_OOM || capturing) return st;
+    if (st != XSA_POOL_OOM) return st;
+    if (xsa_mempool_is_global(p, mp) && (*out = lent_block(p, kind, stream, size))) {
+        *lent = true;
+        return XSA_POOL_OK;
+    }
+    if (capturing) return st;
     if (xsa_release_available(p, mp, kind, stream, size)) {
         st = alloc_block(p, mp, kind, stream, size, false, out, err, errlen);
         if (st != XSA_POOL_OOM) return st;
@@ -336,29 +409,36 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
      * event recorded in it would invalidate it). */
     if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, xsa_pool_block_done, p);
     if (p->exports) xsa_ipc_poll(p);
+    /* During a capture, cross-stream frees the graph has ordered may
+     * return first (capture_reuse.c); the block handed out is stamped. */
+    uint64_t capture = __builtin_expect(p->capturing, 0) ? xsa_capture_reuse_malloc(p, stream) : 0;
     xsa_mempool *mp = __builtin_expect(p->n_routes == 0, 1) ? &p->global : xsa_mempool_route(p, stream);
     size_t rounded = round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
     xsa_block *b = get_free_block(p, mp, kind, stream, rounded), *a;
     if (!b) b = handed_over_block(p, mp, kind, stream, rounded);
-    if (b) {
-        a = alloc_cached_block(p, b, rounded, size);
-    } else {
+    /* A block in a free set (a hit, or lent by a use_on_oom pool) or new
+     * memory: one call site each, so that both stay inlined. */
+    bool fresh = false;
+    if (!b) {
         XSA_OBSERVE(p, XSA_OBS_MEMORY_BEGIN, kind, 0, size, rounded, stream);
-        xsa_pool_status st = alloc_on_miss(p, mp, kind, stream, rounded, &b, err, errlen);
+        bool lent = false;
+        xsa_pool_status st = alloc_on_miss(p, mp, kind, stream, rounded, &b, &lent, err, errlen);
         if (st == XSA_POOL_OOM) {
             p->stats.num_ooms++;
             oom_report(p, size, stream, err, errlen);
         }
         if (st != XSA_POOL_OK) return st;
         XSA_OBSERVE(p, XSA_OBS_MEMORY_END, kind, b->ptr, size, b->size, stream);
-        a = alloc_new_block(p, b, rounded, size);
+        fresh = !lent;
     }
+    a = fresh ? alloc_new_block(p, b, rounded, size) : alloc_cached_block(p, b, rounded, size);
     if (!a) {
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }
+    if (capture) a->capture_id = capture;
     XSA_OBSERVE(p, XSA_OBS_ALLOC, kind, a->ptr, size, a->size, stream);
     *out = (void *)a->ptr;
     return XSA_POOL_OK;
@@ -389,10 +469,14 @@ static xsa_pool_status bad_pointer(const xsa_pool *p, const char *what, void *pt
 }
 
 /* A freed block used on other streams waits for events recorded on them
- * now, or during a capture for its end (capture.c records them then). */
+ * now, or during a capture for its end (capture.c records them then) or,
+ * with capture_reuse, until the captured graph orders its uses. */
 static xsa_pool_status wait_for_uses(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
     if (p->capturing) {
-        if (xsa_mempool_defer(p, b)) return XSA_POOL_OK;
+        if (xsa_mempool_defer(p, b)) {
+            xsa_capture_reuse_free(p, b); /* or sooner, once the graph orders the uses */
+            return XSA_POOL_OK;
+        }
         snprintf(err, errlen, "device %d: out of host memory", p->device);
         return XSA_POOL_HOST_OOM;
     }

@@ -5,9 +5,11 @@
  * Design: requests are rounded (round_size) and served from the small
  * (<= 1 MiB) or large pool's free set by best fit on (stream, size,
  * address), splitting the block found when should_split says so. On a miss:
- * garbage collection (when configured), new device memory, release of
- * cached oversize blocks and retry, release of everything cached (events
- * synchronized first) and retry, then out-of-memory with PyTorch's report.
+ * garbage collection (when configured), new device memory, a free block of
+ * a memory pool that lends its memory (use_on_oom) to a global request,
+ * release of cached oversize blocks and retry, release of everything cached
+ * (events synchronized first) and retry, then out-of-memory with PyTorch's
+ * report.
  * New memory is a cuMemAlloc segment (classic) or, with expandable
  * segments, pages mapped at the free end of the one expandable segment of
  * (stream, pool kind), merged with the free block before them. Freed blocks
@@ -21,9 +23,11 @@
  * (begin_allocate_to_pool) sends the request's stream to another; a block
  * only ever returns to its own pool's free set. The release paths
  * (empty_cache, OOM fallbacks, garbage collection) and page recycling
- * touch the global pool and released pools only. While a capture is under
- * way no event is queried or waited for: a cross-stream free is deferred
- * until it ends, and a miss does not release the cache.
+ * touch the global pool and released pools only. A memory pool may have an
+ * allocator of its own, whose memory makes its (classic) segments. While
+ * a capture is under way no event is queried or waited for: a cross-stream
+ * free is deferred until it ends (or, with capture_reuse, until the captured
+ * graph orders its uses), and a miss does not release the cache.
  *
  * Not thread safe: the caller (api/) holds the device's lock. The types it
  * shares with the API (stats, memory pool ids, IPC handles, snapshot
@@ -52,7 +56,8 @@ xsa_pool_status xsa_pool_create(xsa_pool **out, xsa_driver *drv, int device, con
                                 const char **warning, char *err, size_t errlen);
 void xsa_pool_set_listener(xsa_pool *p, const xsa_pool_listener *listener);
 
-/* Returns all memory to the driver, live allocations included. */
+/* Returns all memory to the driver (and to memory pools' own allocators),
+ * live allocations included. */
 void xsa_pool_destroy(xsa_pool *p);
 
 xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen);

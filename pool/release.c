@@ -1,7 +1,8 @@
 /*
  * pool/release: giving cached memory back to the driver, as PyTorch does:
- * whole unsplit classic segments are freed, expandable segments unmap the
- * whole pages of their free blocks. Three callers: the OOM fallbacks
+ * whole unsplit classic segments are freed (through a memory pool's own
+ * allocator for its segments), expandable segments unmap the whole pages
+ * of their free blocks. Three callers: the OOM fallbacks
  * (release cached oversize blocks of the stream; release everything after
  * synchronizing events), garbage collection of the oldest cached blocks,
  * and empty_cache. Only free-set blocks are released: blocks pinned by IPC
@@ -28,6 +29,7 @@
 #include "pool/free_set.h"
 #include "pool/ipc.h"
 #include "pool/mempool.h"
+#include "pool/own_allocator.h"
 #include "pool/pages.h"
 #include "pool/recycle.h"
 #include "pool/state.h"
@@ -38,7 +40,7 @@ xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     xsa_seg *s = b->seg;
     /* A refused free has no effect: the segment stays cached, to be
      * released again later, rather than leak. */
-    xsa_cu_result r = xsa_driver_mem_free_relaxed(p->drv, s->base);
+    xsa_cu_result r = xsa_classic_free(p, s);
     if (r != XSA_CU_SUCCESS) return r;
     xsa_pool_erase_free(p, b);
     p->reserved -= s->size;

@@ -7,14 +7,17 @@
  * Design: the files are in layers, each calling only those below it.
  *   core:     block.c, free_set.c, ptr_map.c, events.c, ipc_state.c,
  *             trace.c (observation points), stats.c, mempool.c (memory
- *             pool records and routing), core.c (segment records, free-set
+ *             pool records and routing), own_allocator.c (memory pools
+ *             with an allocator of their own, their flags, the memory of
+ *             classic segments), core.c (segment records, free-set
  *             membership, split and merge, returning freed blocks);
  *   policies: pages.c (an expandable segment's pages as blocks), sweep.c,
  *             recycle.c (page recycling), expand.c (growing expandable
  *             segments), ipc.c (IPC exports), peer.c (peer access),
  *             release.c (giving memory back), capture.c (the memory pool
- *             calls and capture), checkpoint.c (a memory pool's blocks set
- *             to a checkpoint);
+ *             calls and capture), capture_reuse.c (capture-time reuse),
+ *             checkpoint.c (a memory pool's blocks set to a checkpoint),
+ *             settings.c (options changed at run time);
  *   readers:  check.c, snapshot.c, info.c;
  *   top:      pool.c (create, malloc, free, record_stream, destroy).
  * Not part of the pool's interface (api/ uses pool.h and the policies'
@@ -50,6 +53,11 @@ typedef struct xsa_mempool {
     int use_count;             /* creates and begins, less releases; 0: released (global: always 1) */
     int holds;                 /* pools in use that keep this released one's memory (`kept`) */
     size_t segments;           /* its segments */
+    /* Its own allocator (alloc NULL: the device's memory) and PyTorch's
+     * MemPool flags (pool/own_allocator.c). */
+    xsa_mempool_allocator allocator;
+    bool use_on_oom;           /* lends its free blocks to the global pool's misses while in use */
+    bool no_split;             /* never splits a block; unchanged while it holds segments */
     xsa_free_set free[XSA_POOL_KINDS];
     /* Released pools a block of which was freed while this pool captured:
      * the graph may use that memory at every replay, so they keep it until
@@ -68,6 +76,12 @@ typedef struct xsa_route {
     bool capture;              /* a graph capture: no event queries while it lasts */
 } xsa_route;
 
+/* How a segment's blocks split (PyTorch's should_split, decided once per
+ * segment): any rest of at least 512 bytes (small pool, expandable
+ * segments), the classic large rule (below max_split_size, a rest above
+ * 1 MiB), or never (a no_split memory pool). */
+typedef enum { XSA_SPLIT_ANY_REST, XSA_SPLIT_CLASSIC_LARGE, XSA_SPLIT_NEVER } xsa_split_rule;
+
 /* A segment: a cuMemAlloc'd range (classic), or the reserved range of an
  * expandable segment (one per memory pool, stream and pool kind). */
 typedef struct xsa_seg {
@@ -76,6 +90,7 @@ typedef struct xsa_seg {
     xsa_pool_kind kind;
     xsa_stream stream;
     bool expandable;
+    uint8_t split;             /* xsa_split_rule: one load on the hot path */
     uintptr_t base;
     size_t size;               /* classic: allocation size; expandable: reserved */
     xsa_block *first;          /* lowest-address block */
@@ -120,6 +135,7 @@ struct xsa_pool {
     int device;
     xsa_pool_options opt;
     bool expandable;           /* effective (false when the device lacks VMM) */
+    int8_t vmm;                /* the device can map virtual memory: 1, 0, -1 not asked yet */
     bool ipc;                  /* effective: exportable pages (ipc_handles, unless refused) */
     xsa_mem_handle probe_left; /* the IPC probe's trial handle if its release failed: released at destroy */
     int peers[XSA_SEGMENT_MAX_ACCESS - 1]; /* devices granted access to every segment */
@@ -139,6 +155,7 @@ struct xsa_pool {
      * events are recorded once no capture is under way (capture.c). */
     xsa_block **deferred;
     size_t n_deferred, cap_deferred;
+    struct xsa_capture_reuse *reuse; /* free markers of deferred blocks (capture_reuse.c); NULL: none */
     uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
     xsa_ptr_map allocated;
     xsa_block_cache blocks;
@@ -231,6 +248,7 @@ static inline void xsa_pool_hand_out(xsa_pool *p, xsa_block *b, size_t requested
     xsa_pool_kind kind = b->seg->kind;
     b->allocated = true;
     b->requested = requested;
+    b->capture_id = 0; /* malloc stamps it during a capture (pool/capture_reuse.c) */
     xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
     p->live_blocks++;
     xsa_stats_add(p->stats.allocation, kind, 1);

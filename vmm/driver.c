@@ -56,26 +56,26 @@ uint64_t xsa_driver_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int relax(xsa_driver *d) {
+int xsa_driver_relax_capture(xsa_driver *d) {
     int mode = XSA_CAPTURE_MODE_RELAXED;
     return XSA_DRV(d, thread_exchange_capture_mode, &mode) == XSA_CU_SUCCESS ? mode : -1;
 }
 
-static void restore(xsa_driver *d, int mode) {
+void xsa_driver_restore_capture(xsa_driver *d, int mode) {
     if (mode >= 0) XSA_DRV(d, thread_exchange_capture_mode, &mode);
 }
 
 xsa_cu_result xsa_driver_mem_alloc_relaxed(xsa_driver *d, xsa_devptr *ptr, size_t size, int device) {
-    int mode = relax(d);
+    int mode = xsa_driver_relax_capture(d);
     xsa_cu_result r = XSA_DRV(d, mem_alloc, ptr, size, device);
-    restore(d, mode);
+    xsa_driver_restore_capture(d, mode);
     return r;
 }
 
 xsa_cu_result xsa_driver_mem_free_relaxed(xsa_driver *d, xsa_devptr ptr) {
-    int mode = relax(d);
+    int mode = xsa_driver_relax_capture(d);
     xsa_cu_result r = XSA_DRV(d, mem_free, ptr);
-    restore(d, mode);
+    xsa_driver_restore_capture(d, mode);
     return r;
 }
 

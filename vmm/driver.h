@@ -175,7 +175,9 @@ typedef struct xsa_driver {
                                              const xsa_graph_node **deps, size_t *n);
     /* cuGraphNodeGetDependencies: deps NULL: *n = the count; else fills up
      * to *n entries (the rest NULL) and sets *n to the number written.
-     * Valid on the graph of a capture under way too. */
+     * Valid on the graph of a capture under way too. As above, an edge
+     * with data into the node gives CUDA_ERROR_LOSSY_QUERY (the simulated
+     * driver's graphs have none). */
     xsa_cu_result (*graph_node_get_dependencies)(xsa_graph_node node, xsa_graph_node *deps, size_t *n);
     xsa_cu_result (*graph_instantiate)(xsa_graph_exec *exec, xsa_graph graph);
     xsa_cu_result (*graph_launch)(xsa_graph_exec exec, xsa_stream stream);
@@ -229,6 +231,11 @@ uint64_t xsa_driver_now_ns(void);
  * changed, the call is made as it is. */
 xsa_cu_result xsa_driver_mem_alloc_relaxed(xsa_driver *d, xsa_devptr *ptr, size_t size, int device);
 xsa_cu_result xsa_driver_mem_free_relaxed(xsa_driver *d, xsa_devptr ptr);
+/* The calling thread in relaxed capture mode, for other calls that may
+ * allocate or free (a memory pool's own allocator): the mode it had, or -1
+ * where the mode cannot be changed; restore puts that mode back. */
+int xsa_driver_relax_capture(xsa_driver *d);
+void xsa_driver_restore_capture(xsa_driver *d, int mode);
 
 /* process_get_fds as the kernel does it (both tables' entry). */
 xsa_cu_result xsa_driver_process_get_fds(int pid, const int *fds, int n, int *out);

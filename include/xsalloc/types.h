@@ -22,7 +22,9 @@ enum { XSA_STAT_ALL = 0, XSA_STAT_SMALL_POOL = 1, XSA_STAT_LARGE_POOL = 2, XSA_S
  * XSA_STAT_ALL / XSA_STAT_SMALL_POOL / XSA_STAT_LARGE_POOL. */
 typedef struct xsa_device_stats {
     xsa_stat allocation[XSA_STAT_TYPES];           /* blocks handed out */
-    xsa_stat segment[XSA_STAT_TYPES];              /* segments (expandable: mapped extents) */
+    xsa_stat segment[XSA_STAT_TYPES];              /* cuMemAlloc'd (classic) segments; as in PyTorch,
+                                                    * expandable segments never count: their pages
+                                                    * count in reserved_bytes and num_device_alloc */
     xsa_stat active[XSA_STAT_TYPES];               /* allocated or pending-free blocks */
     xsa_stat inactive_split[XSA_STAT_TYPES];       /* free blocks inside partly used classic segments
                                                     * (PyTorch leaves expandable ones out: their free
@@ -55,6 +57,21 @@ typedef struct xsa_mempool_id {
 
 /* Says whether an allocation on `stream` goes to the pool. */
 typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
+
+/* A memory pool's own allocator (PyTorch's MemPool(allocator): NCCL's
+ * ncclMemAlloc, symmetric memory, registered buffers). alloc returns
+ * `size` bytes of device memory for `stream` (NULL: out of memory); free
+ * takes back a pointer alloc returned, with the same size, device and
+ * stream. release (may be NULL) is told once that the pool is done with
+ * ctx: after the pool's last segment went back through free. All three
+ * are called with the device's lock held and the thread in relaxed
+ * capture mode (as PyTorch calls them): they must not call xsalloc. */
+typedef struct xsa_mempool_allocator {
+    void *(*alloc)(void *ctx, size_t size, int device, void *stream);
+    void (*free)(void *ctx, void *ptr, size_t size, int device, void *stream);
+    void (*release)(void *ctx);
+    void *ctx;
+} xsa_mempool_allocator;
 
 /* A live block of a memory pool, as a checkpoint lists it. */
 typedef struct xsa_live_block {

@@ -100,8 +100,14 @@ XSA_API xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *large
 /* The segment allocation (cuMemAlloc'd segment, or expandable range's mapped
  * extent) containing `ptr`: its base and size. */
 XSA_API xsa_status xsa_get_base_allocation(void *ptr, void **base, size_t *size);
-/* Caps reserved memory on `device` at fraction * device total (0 < f <= 1). */
+/* Caps reserved memory on `device` at fraction * device total (0 <= f <= 1,
+ * PyTorch's range). At 0 no new device memory can be had: a request the
+ * cache cannot serve fails with XSA_ERROR_OUT_OF_MEMORY (after the cache is
+ * released, as any miss at the cap), as in PyTorch. */
 XSA_API xsa_status xsa_set_memory_fraction(double fraction, int device);
+/* The fraction in use on `device`: the last one set, else the configured
+ * per_process_memory_fraction (1 by default). */
+XSA_API xsa_status xsa_get_memory_fraction(int device, double *fraction);
 
 /* The device's statistics: PyTorch's DeviceStats (xsa_device_stats,
  * xsalloc/types.h), same names and definitions. */
@@ -152,7 +158,9 @@ XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);
  * does not release cached memory, xsa_empty_cache leaves the device alone,
  * and a block with uses on other streams (xsa_record_stream) freed
  * meanwhile returns to its pool only after the capture, once those
- * streams' work queued by then has completed. The filter is called with
+ * streams' work queued by then has completed (with
+ * graph_capture_record_stream_reuse, as soon as the captured graph orders
+ * those uses before its stream's next work: api/CONFIG.md). The filter is called with
  * the device's lock held: it must not call xsalloc.
  * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool already routed to. */
 XSA_API xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx);
@@ -166,6 +174,46 @@ XSA_API xsa_status xsa_end_allocate_to_pool(int device, xsa_mempool_id id);
 /* *uses: the use count of pool `id` (PyTorch's getPoolUseCount), 0 if the
  * pool does not exist or is released. */
 XSA_API xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses);
+
+/* A memory pool's own allocator: xsa_mempool_allocator (xsalloc/types.h). */
+/* Creates pool `id` on `device`, with a use count of 1, whose segments come
+ * from `allocator` (copied; the pool keeps ctx) instead of the device's
+ * memory (PyTorch's createOrIncrefPool with an allocator). The pool caches,
+ * splits and merges blocks in them as in cuMemAlloc segments (they are
+ * classic segments, also with expandable_segments:True: the allocator's
+ * memory cannot be mapped page by page); a segment's size is the one a
+ * cuMemAlloc segment would have (2 MiB for requests up to 1 MiB, 20 MiB below
+ * 10 MiB, else the request rounded up to 2 MiB). Segments go back
+ * through free only when the pool is released: its free segments at
+ * once, each other one as its last block is freed (at the next
+ * xsa_empty_cache if that block waited for record_stream events), never
+ * while the pool is in use, and neither page recycling nor the
+ * out-of-memory fallbacks touch them. The memory fraction counts them as
+ * reserved memory (alloc is not called past it), and the stats count them
+ * as PyTorch does (reserved_bytes, segment, num_device_alloc...). Once the
+ * pool's last segment is freed the pool is forgotten and release(ctx)
+ * called, so a block freed after the caller let go of its allocator still
+ * returns through free. XSA_ERROR_INVALID_VALUE (nothing kept) for id
+ * {0, 0}, alloc or free NULL, or a pool `id` that exists already. */
+XSA_API xsa_status xsa_mempool_create_with_allocator(int device, xsa_mempool_id id,
+                                                     const xsa_mempool_allocator *allocator);
+/* PyTorch's MemPool(use_on_oom=True): when an allocation outside the
+ * memory pools finds no memory (the device's, or within the memory
+ * fraction), before any cached memory is released for it, it takes a
+ * free block of a pool in use with use_on_oom set (of its stream and
+ * size, as from the device's own cache); that block returns to its pool
+ * when freed. A released pool lends nothing. A graph's pool may lend too:
+ * its replays then share that memory, which is the caller's choice.
+ * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool that does not exist or
+ * is released. */
+XSA_API xsa_status xsa_mempool_set_use_on_oom(int device, xsa_mempool_id id, bool use_on_oom);
+/* PyTorch's MemPool(no_split=True): the pool never splits a block; a
+ * request takes a whole cached block, or a whole new segment (classic
+ * segments) or mapped run (expandable), and xsa_mempool_restore refuses
+ * a block that would split a classic segment of the pool. Set it before
+ * the pool's first allocation: XSA_ERROR_INVALID_VALUE once the pool holds
+ * memory, and for id {0, 0} or a pool that does not exist or is released. */
+XSA_API xsa_status xsa_mempool_set_no_split(int device, xsa_mempool_id id, bool no_split);
 
 /* Checkpoints of a pool (PyTorch's getCheckpointState and
  * setCheckpointPoolState). cudagraph trees (torch.compile's
@@ -475,8 +523,10 @@ XSA_API xsa_status xsa_device_snapshot_take(int device, xsa_device_snapshot *out
 
 /* The settings in use (initialises if needed), with PyTorch's meanings:
  * where they came from (source: "XSALLOC_CONF", "PYTORCH_ALLOC_CONF",
- * "PYTORCH_CUDA_ALLOC_CONF", "xsa_init", or NULL when all are defaults) and
- * the string; strings stay valid until xsa_shutdown. */
+ * "PYTORCH_CUDA_ALLOC_CONF", "xsa_init", "xsa_set_allocator_settings" once
+ * they changed at run time, or NULL when all are defaults) and the last
+ * string given (PyTorch's last_allocator_settings); strings stay valid
+ * until xsa_shutdown. */
 typedef struct xsa_settings {
     const char *source, *text;
     bool expandable_segments, page_recycling;
@@ -485,6 +535,23 @@ typedef struct xsa_settings {
     size_t roundup_power2_divisions[16];
 } xsa_settings;
 XSA_API xsa_status xsa_get_settings(xsa_settings *out);
+
+/* Changes the settings at run time (initialises first if needed): PyTorch's
+ * _set_allocator_settings, which the torch adapter forwards here. The
+ * string has XSALLOC_CONF's syntax and keys and is checked the same way
+ * (XSA_ERROR_CONFIG, naming the key). As in PyTorch, max_split_size_mb,
+ * roundup_power2_divisions and garbage_collection_threshold return to
+ * their defaults when not given; other keys not given keep their values;
+ * a new value applies from the next request on, on every device:
+ * expandable_segments decides where new memory goes (memory already held
+ * stays where it is; with it False no request is placed in an expandable
+ * segment). peer_access, ipc_handles, expandable_handle_mb and
+ * per_process_memory_fraction are set when the pools are made: another
+ * value than the one in use fails with XSA_ERROR_NOT_SUPPORTED naming the
+ * key (as does expandable_segments:False while peer_access or ipc_handles
+ * is True); nothing changes on any failure. PyTorch keys xsalloc ignores
+ * are accepted and named on stderr once. api/CONFIG.md has the table. */
+XSA_API xsa_status xsa_set_allocator_settings(const char *conf);
 XSA_API void xsa_device_snapshot_free(xsa_device_snapshot *snap);
 
 #ifdef __cplusplus

@@ -20,6 +20,7 @@ import collections
 import ctypes
 import json
 
+from . import _lib
 from ._lib import LibraryNotFoundError, XsallocError, load
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "memory_summary",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
+    "set_allocator_settings",
     "snapshot",
 ]
 
@@ -72,6 +74,18 @@ def reset_peak_memory_stats(device=0):
 def reset_accumulated_memory_stats(device=0):
     lib = load()
     lib.check(lib.cdll.xsa_reset_accumulated_stats(device), f"xsa_reset_accumulated_stats({device})")
+
+
+def set_allocator_settings(conf):
+    """Changes the settings at run time, on every device (xsa_set_allocator_settings):
+    XSALLOC_CONF's syntax and keys with PyTorch's run-time rules (api/CONFIG.md).
+    A malformed string raises ValueError; a key that cannot change any more,
+    XsallocError naming it; nothing changes then."""
+    lib = load()
+    st = lib.cdll.xsa_set_allocator_settings(conf.encode())
+    if st == _lib.ERROR_CONFIG:
+        raise ValueError(f"xsa_set_allocator_settings: {lib.last_error()}")
+    lib.check(st, "xsa_set_allocator_settings")
 
 
 def time_driver_calls(enabled=True):

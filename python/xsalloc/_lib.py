@@ -17,6 +17,7 @@ LIBRARY_NAME = "libxsalloc.so"
 
 SUCCESS = 0
 ERROR_OUT_OF_MEMORY = 2
+ERROR_CONFIG = 5
 ERROR_ALREADY_INITIALIZED = 8
 
 
@@ -88,6 +89,7 @@ _DECLS = {
     "xsa_cache_info": (_c.c_int, [_c.c_int, _c.POINTER(_c.c_size_t), _c.POINTER(_c.c_size_t)]),
     "xsa_get_base_allocation": (_c.c_int, [_c.c_void_p, _c.POINTER(_c.c_void_p), _c.POINTER(_c.c_size_t)]),
     "xsa_set_memory_fraction": (_c.c_int, [_c.c_double, _c.c_int]),
+    "xsa_set_allocator_settings": (_c.c_int, [_c.c_char_p]),
     "xsa_get_stats": (_c.c_int, [_c.c_int, _c.POINTER(DeviceStats)]),
     "xsa_reset_peak_stats": (_c.c_int, [_c.c_int]),
     "xsa_reset_accumulated_stats": (_c.c_int, [_c.c_int]),

@@ -72,7 +72,7 @@ def _malloc(size):
         detail = lib.last_error()
         total = lib.stats(device).reserved_bytes[0].current
         err = memory.OutOfMemoryError(size, total)
-        err.args = (f"{err.args[0]} xsalloc: {detail}",)
+        err.args = (f"{err.args[0]} {detail}",)  # xsalloc's report: PyTorch's text, as in C
         raise err
     lib.check(st, f"xsa_malloc({size}, device {device})")
     return memory.MemoryPointer(memory.UnownedMemory(ptr, size, _Allocation(ptr), device), 0)

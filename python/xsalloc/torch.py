@@ -16,10 +16,18 @@ be built (no C++ compiler, say), use() falls back to
 torch.cuda.memory.CUDAPluggableAllocator over the library's xsa_torch_*
 entry points, with one warning naming what is lost; that interface has no
 statistics hooks, so use() then points torch.cuda's statistics functions
-(memory_stats and everything built on it; the reset functions) at xsalloc's
-(patch_torch_stats). XSALLOC_TORCH_ADAPTER=0 (or use(adapter=False)) asks
+(memory_stats and everything built on it; the reset functions) and
+torch.accelerator's (which find the allocator registered with c10, never
+the pluggable one) at xsalloc's (patch_torch_stats). XSALLOC_TORCH_ADAPTER=0 (or use(adapter=False)) asks
 for the pluggable path. torch's allocator can only be swapped before CUDA
-is initialised; use() checks that first and says so.
+is initialised; use() checks that first and says so. On both paths use()
+wraps torch's settings setter (torch._C._accelerator_setAllocatorSettings,
+which torch.cuda.memory._set_allocator_settings calls at call time; the
+older torch._C._cuda_cudaCachingAllocator_set_allocator_settings): torch
+checks and keeps the string first, then xsalloc applies it
+(xsalloc.set_allocator_settings; api/CONFIG.md, "Changing settings at run
+time"). The Python function is wrapped rather than torch's C++ parser hook,
+whose storage an extension cannot be sure to share with torch.
 """
 
 import hashlib
@@ -94,6 +102,7 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
         module.install()
         _adapter = module
         _installed = torch.cuda.memory._get_current_allocator()
+        _hook_allocator_settings(torch)
         return _installed
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "xsa_torch_malloc", "xsa_torch_free")
     native = alloc.allocator()
@@ -103,9 +112,34 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
             getattr(native, setter)(lib.address(fn))
     torch.cuda.memory.change_current_allocator(alloc)
     _installed = alloc
+    _hook_allocator_settings(torch)
     if patch_torch_stats:
         _patch_torch_stats(torch)
     return alloc
+
+
+# torch's settings setters, newest first (torch._C functions).
+_SETTINGS_SETTERS = ("_accelerator_setAllocatorSettings", "_cuda_cudaCachingAllocator_set_allocator_settings")
+
+
+def _hook_allocator_settings(torch):
+    """Settings changed through torch reach xsalloc: each setter torch has
+    runs torch's own first (its checks and errors stay torch's), then
+    xsalloc.set_allocator_settings; xsalloc's refusals raise from there."""
+    C = getattr(torch, "_C", None)
+    for name in _SETTINGS_SETTERS:
+        torchs = getattr(C, name, None)
+        if torchs is None or getattr(torchs, "_xsalloc", False):
+            continue
+
+        def set_allocator_settings(env, _torchs=torchs):
+            result = _torchs(env)
+            xsalloc.set_allocator_settings(env)
+            return result
+
+        set_allocator_settings._xsalloc = True
+        set_allocator_settings.__doc__ = getattr(torchs, "__doc__", None)
+        setattr(C, name, set_allocator_settings)
 
 
 def _adapter_sources():
@@ -157,6 +191,34 @@ def _patch_torch_stats(torch):
                      ("reset_accumulated_memory_stats", reset_accumulated_memory_stats)):
         setattr(mem, name, fn)
         setattr(torch.cuda, name, fn)
+    _patch_accelerator_stats(torch)
+
+
+def _patch_accelerator_stats(torch):
+    """torch.accelerator's memory API (torch 2.8 and later): memory_allocated,
+    max_memory_reserved... read memory_stats in torch.accelerator.memory's
+    globals at call time; it and the reset and empty_cache functions are
+    re-exported by torch.accelerator."""
+    acc = getattr(torch, "accelerator", None)
+    mem = getattr(acc, "memory", None)
+    if mem is None or not hasattr(mem, "memory_stats"):
+        return
+
+    def memory_stats(device_index=None, /):
+        return xsalloc.memory_stats(_device_index(device_index))
+
+    def reset_peak_memory_stats(device_index=None, /):
+        xsalloc.reset_peak_memory_stats(_device_index(device_index))
+
+    def reset_accumulated_memory_stats(device_index=None, /):
+        xsalloc.reset_accumulated_memory_stats(_device_index(device_index))
+
+    for name, fn in (("memory_stats", memory_stats), ("reset_peak_memory_stats", reset_peak_memory_stats),
+                     ("reset_accumulated_memory_stats", reset_accumulated_memory_stats),
+                     ("empty_cache", xsalloc.empty_cache)):
+        setattr(mem, name, fn)
+        if hasattr(acc, name):
+            setattr(acc, name, fn)
 
 
 def installed():

@@ -12,13 +12,15 @@
  * for snapshots are kept here, by block address for live blocks and by
  * trace tag for recorded events (xsa_set_trace_tag marks the events of one
  * call), so memory_viz shows frames. Pool routing calls torch's std::function
- * filter through a C trampoline. Calls other than malloc/free (which keep
- * the thread's CUDA context themselves, xsa_ctx_*) keep the runtime's
- * current device with a guard, since the driver may make another device's
- * primary context current.
+ * filter through a C trampoline, and a MemPool's own allocator becomes
+ * xsalloc's alloc/free pair over torch's allocator object. Calls other
+ * than malloc/free (which keep the thread's CUDA context themselves,
+ * xsa_ctx_*) keep the runtime's current device with a guard, since the
+ * driver may make another device's primary context current.
  */
 #include <pybind11/pybind11.h>
 
+#include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -31,12 +33,15 @@
 #include <cstdio>
 #include <atomic>
 #include <deque>
+#include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "xsalloc/pytorch.h"
@@ -105,6 +110,43 @@ struct PoolCheckpoint final : CCA::AllocatorState {
   std::vector<xsa_live_block> live;
 };
 
+// A MemPool's own allocator (torch.cuda.MemPool(allocator)) as xsalloc's
+// C pair. The pool owns this record and keeps torch's allocator object
+// alive through it until the pool's last segment went back through free
+// (xsalloc calls pool_release then), so a tensor freed after the MemPool
+// and the Python allocator are gone still frees through it. torch's
+// caching allocator calls raw_alloc / raw_delete the same way. xsalloc
+// calls these under its device lock.
+struct PoolAllocator {
+  std::shared_ptr<CCA::CUDAAllocator> allocator;
+};
+
+// What the pool's allocator threw in the calling thread's last pool_alloc:
+// malloc_on rethrows it when the malloc fails, as torch would let it out.
+thread_local std::exception_ptr pool_alloc_error;
+
+void* pool_alloc(void* ctx, size_t size, int device, void* stream) {
+  pool_alloc_error = nullptr;
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    return static_cast<PoolAllocator*>(ctx)->allocator->raw_alloc_with_stream(size, static_cast<cudaStream_t>(stream));
+  } catch (...) {
+    pool_alloc_error = std::current_exception();
+    return nullptr;  // out of memory for xsalloc
+  }
+}
+
+void pool_free(void* ctx, void* ptr, size_t, int device, void*) {
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    static_cast<PoolAllocator*>(ctx)->allocator->raw_delete(ptr);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "xsalloc: a MemPool's allocator failed to free %p: %s\n", ptr, e.what());
+  }
+}
+
+void pool_release(void* ctx) { delete static_cast<PoolAllocator*>(ctx); }
+
 bool call_filter(void* ctx, void* stream) {
   try {
     return (*static_cast<Filter*>(ctx))(static_cast<cudaStream_t>(stream));
@@ -141,23 +183,22 @@ class Adapter final : public CCA::CUDAAllocator {
   }
 
   // ---- device state ----
-  void init(int device_count) override {
+  void init(int /*device_count: xsalloc counts its own*/) override {
     int count = 0;
     check("init", xsa_device_count(&count));
-    fractions_.assign(std::max(count, device_count), 1.0);
     initialized_ = true;
   }
   bool initialized() override { return initialized_; }
+  // xsalloc's fraction, which per_process_memory_fraction in its settings
+  // may have set before torch asked.
   double getMemoryFraction(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> g(mu_);
-    return device < (int)fractions_.size() ? fractions_[device] : 1.0;
+    double fraction = 1.0;
+    check("getMemoryFraction", xsa_get_memory_fraction(device, &fraction));
+    return fraction;
   }
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
     KeepDevice keep;
     check("setMemoryFraction", xsa_set_memory_fraction(fraction, device));
-    std::lock_guard<std::mutex> g(mu_);
-    if (device >= (int)fractions_.size()) fractions_.resize(device + 1, 1.0);
-    fractions_[device] = fraction;
   }
   void enable(bool value) override {
     require(value, "the allocator cannot be disabled; use torch's own allocator instead");
@@ -245,25 +286,33 @@ class Adapter final : public CCA::CUDAAllocator {
     KeepDevice keep;
     check("releasePool", xsa_mempool_release(device, pool_id(id)));
   }
+  // MemPool(allocator): xsalloc caches and splits blocks in segments from
+  // that allocator (xsa_mempool_create_with_allocator). xsalloc itself as
+  // the allocator is a MemPool of xsalloc's memory.
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
                           std::shared_ptr<CCA::CUDAAllocator> allocator) override {
-    require(!allocator || allocator.get() == this,
-                "a MemPool with an allocator of its own is not supported under xsalloc (its memory "
-                "would bypass xsalloc); create the MemPool without an allocator");
     KeepDevice keep;
-    check("createOrIncrefPool", xsa_mempool_create(device, pool_id(id)));
+    if (!allocator || allocator.get() == this) {
+      check("createOrIncrefPool", xsa_mempool_create(device, pool_id(id)));
+      return;
+    }
+    auto own = std::make_unique<PoolAllocator>(PoolAllocator{std::move(allocator)});
+    xsa_mempool_allocator pair{pool_alloc, pool_free, pool_release, own.get()};
+    check("createOrIncrefPool", xsa_mempool_create_with_allocator(device, pool_id(id), &pair));
+    own.release();  // the pool's now: pool_release deletes it
   }
   int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t id) override {
     int uses = 0;
     check("getPoolUseCount", xsa_mempool_use_count(device, pool_id(id), &uses));
     return uses;
   }
-  void setUseOnOOM(c10::DeviceIndex, c10::MempoolId_t, bool use_on_oom) override {
-    require(!use_on_oom, "MemPool(use_on_oom=True) is not supported: a pool's memory goes to "
-                             "its own allocations only");
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t id, bool use_on_oom) override {
+    KeepDevice keep;
+    check("setUseOnOOM", xsa_mempool_set_use_on_oom(device, pool_id(id), use_on_oom));
   }
-  void setNoSplit(c10::DeviceIndex, c10::MempoolId_t) override {
-    fail("MemPool(no_split=True) is not supported");
+  void setNoSplit(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    KeepDevice keep;
+    check("setNoSplit", xsa_mempool_set_no_split(device, pool_id(id), true));
   }
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t id,
                                 const std::unordered_set<void*>& expected) override {
@@ -447,12 +496,13 @@ class Adapter final : public CCA::CUDAAllocator {
       }
       return p;
     }
+    if (pool_alloc_error) std::rethrow_exception(std::exchange(pool_alloc_error, nullptr));
     std::string why = last_error();
-    if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, size, why);
+    if (st == XSA_ERROR_OUT_OF_MEMORY) out_of_memory(device, why);
     fail("allocating " + std::to_string(size) + " bytes on device " + std::to_string(int(device)) + ": " + why);
   }
 
-  [[noreturn]] void out_of_memory(c10::DeviceIndex device, size_t size, const std::string& why) {
+  [[noreturn]] void out_of_memory(c10::DeviceIndex device, const std::string& why) {
     size_t free = 0, total = 0;
     {
       c10::cuda::CUDAGuard guard(device);
@@ -466,9 +516,9 @@ class Adapter final : public CCA::CUDAAllocator {
       observers = oom_observers_;
     }
     for (auto& o : observers) o(device, allocated, total, free);
-    fail<c10::OutOfMemoryError>("CUDA out of memory. Tried to allocate " + std::to_string(size) + " bytes on device " +
-                                std::to_string(int(device)) + ". " + why +
-                                " Free cached memory with torch.cuda.empty_cache() or try a smaller size.");
+    // xsalloc's report is PyTorch's message, then xsalloc's detail (pool.c):
+    // thrown as it is, so torch's text and xsa_last_error() are the same.
+    throw c10::OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, why);
   }
 
   Context gather() {
@@ -612,7 +662,6 @@ class Adapter final : public CCA::CUDAAllocator {
   }
 
   std::mutex mu_;
-  std::vector<double> fractions_;
   std::atomic<bool> initialized_{false};
   std::vector<CCA::OutOfMemoryObserver> oom_observers_;
   std::vector<CDA::AllocatorTraceTracker> trackers_;
@@ -642,10 +691,19 @@ void free_block(void* ptr) {
 }
 
 // Makes the adapter torch's CUDA allocator (before CUDA is initialised).
+// torch.cuda reaches it through CUDACachingAllocator::get(), which
+// changeCurrentAllocator sets; torch.accelerator's memory API (memory_stats,
+// empty_cache, ...) through c10::GetAllocator(kCUDA) (getDeviceAllocator),
+// which it leaves at torch's own allocator, never initialised: the adapter
+// registers there too, at the highest priority, so that no registration of
+// torch's own (priority 0) can take the place back.
 void install() {
   require(!the_adapter, "the adapter is installed already");
   auto adapter = std::make_shared<Adapter>();
   torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(adapter);
+  c10::SetAllocator(c10::DeviceType::CUDA, adapter.get(), std::numeric_limits<uint8_t>::max());
+  require(c10::GetAllocator(c10::DeviceType::CUDA) == adapter.get(),
+          "c10::SetAllocator(kCUDA) kept another allocator: torch.accelerator's memory API would miss xsalloc");
   the_adapter = adapter;
 }
 

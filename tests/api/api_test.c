@@ -89,7 +89,7 @@ static void test_bad_device_and_arguments(void **state) {
     assert_int_equal(xsa_malloc(&p, 10, -1, NULL), XSA_ERROR_INVALID_DEVICE);
     assert_int_equal(xsa_set_device(5), XSA_ERROR_INVALID_DEVICE);
     assert_int_equal(xsa_set_memory_fraction(1.5, 0), XSA_ERROR_INVALID_VALUE);
-    assert_int_equal(xsa_set_memory_fraction(0.0, 0), XSA_ERROR_INVALID_VALUE);
+    assert_int_equal(xsa_set_memory_fraction(-0.5, 0), XSA_ERROR_INVALID_VALUE);
     xsa_device_stats s;
     assert_int_equal(xsa_get_stats(3, &s), XSA_ERROR_INVALID_DEVICE);
     assert_int_equal(xsa_use_driver("opencl"), XSA_ERROR_INVALID_VALUE);
@@ -102,7 +102,7 @@ static void test_oom_carries_report_and_changes_nothing(void **state) {
     OK(xsa_malloc(&p, 512 * MiB, 0, NULL));
     assert_int_equal(xsa_malloc(&q, 600 * MiB, 0, NULL), XSA_ERROR_OUT_OF_MEMORY);
     assert_null(q);
-    assert_non_null(strstr(xsa_last_error(), "tried to allocate 600.00 MiB"));
+    assert_non_null(strstr(xsa_last_error(), "Tried to allocate 600.00 MiB"));
     assert_int_equal(xsa_malloc(&q, SIZE_MAX, 0, NULL), XSA_ERROR_OUT_OF_MEMORY);
     INVARIANTS(0);
     xsa_device_stats s;
@@ -112,17 +112,111 @@ static void test_oom_carries_report_and_changes_nothing(void **state) {
     OK(xsa_free(p));
 }
 
+/* The report is PyTorch's text (c10/cuda/CUDACachingAllocator.cpp), its
+ * figures xsalloc's, then xsalloc's detail: checked whole up to the
+ * detail, for the plain case, a memory pool's cached memory and a request
+ * of 1 EiB or more. Log scrapers and batch-size finders match it. */
+static void test_oom_report_is_pytorchs_text(void **state) {
+    (void)state;
+    OK(xsa_init(NULL));
+    void *p = NULL, *q = NULL;
+    OK(xsa_malloc(&p, 512 * MiB, 0, NULL));
+    assert_int_equal(xsa_malloc(&q, 600 * MiB, 0, NULL), XSA_ERROR_OUT_OF_MEMORY);
+    const char *want = "CUDA out of memory. Tried to allocate 600.00 MiB. GPU 0 has a total capacity of 1024.00 MiB "
+                       "of which 512.00 MiB is free. Of the allocated memory 512.00 MiB is allocated by xsalloc, and "
+                       "0 bytes is reserved by xsalloc but unallocated. xsalloc: the request was 629145600 bytes (a "
+                       "629145600-byte block) on stream (nil). ";
+    if (strncmp(xsa_last_error(), want, strlen(want))) fail_msg("got:  %s\nwant: %s", xsa_last_error(), want);
+    OK(xsa_free(p));
+    /* A memory pool's cached block counts as allocated, in private pools. */
+    xsa_mempool_id g = {0, 5};
+    OK(xsa_mempool_create(0, g));
+    OK(xsa_begin_allocate_to_pool(0, g, NULL, NULL));
+    OK(xsa_malloc(&p, 4 * MiB, 0, NULL));
+    OK(xsa_free(p));
+    OK(xsa_end_allocate_to_pool(0, g));
+    OK(xsa_empty_cache());
+    assert_int_equal(xsa_malloc(&q, 2 * GiB, 0, NULL), XSA_ERROR_OUT_OF_MEMORY);
+    want = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 1024.00 MiB of which "
+           "1020.00 MiB is free. Of the allocated memory 4.00 MiB is allocated by xsalloc, with 4.00 MiB allocated in "
+           "private pools (e.g., CUDA Graphs), and 0 bytes is reserved by xsalloc but unallocated. xsalloc: ";
+    if (strncmp(xsa_last_error(), want, strlen(want))) fail_msg("got:  %s\nwant: %s", xsa_last_error(), want);
+    OK(xsa_mempool_release(0, g));
+    OK(xsa_empty_cache());
+    assert_int_equal(xsa_malloc(&q, (size_t)1 << 60, 0, NULL), XSA_ERROR_OUT_OF_MEMORY);
+    want = "CUDA out of memory. Tried to allocate more than 1EB memory. xsalloc: the request was 1152921504606846976 "
+           "bytes";
+    if (strncmp(xsa_last_error(), want, strlen(want))) fail_msg("got:  %s\nwant: %s", xsa_last_error(), want);
+    INVARIANTS(0);
+}
+
 static void test_memory_fraction_before_and_after_first_use(void **state) {
     (void)state;
     OK(xsa_init(NULL));
     OK(xsa_set_memory_fraction(0.25, 1)); /* before device 1's pool exists */
     void *p = NULL;
     assert_int_equal(xsa_malloc(&p, 300 * MiB, 1, NULL), XSA_ERROR_OUT_OF_MEMORY);
-    assert_non_null(strstr(xsa_last_error(), "memory fraction"));
+    assert_non_null(strstr(xsa_last_error(), "is free. 256.00 MiB allowed; Of the allocated memory"));
     OK(xsa_set_memory_fraction(0.5, 1));
     OK(xsa_malloc(&p, 300 * MiB, 1, NULL));
     OK(xsa_free(p));
     INVARIANTS(1);
+}
+
+/* PyTorch's fraction 0: accepted, before and after a device's pool
+ * exists, and then no new device memory: cached blocks still serve, a miss
+ * releases the cache and fails with the out-of-memory report, and the
+ * fraction can be raised again. */
+static void test_memory_fraction_zero(void **state) {
+    (void)state;
+    OK(xsa_init(NULL));
+    OK(xsa_set_memory_fraction(0.0, 1)); /* before device 1's pool exists: not "none" */
+    void *p = (void *)1, *q = NULL;
+    assert_int_equal(xsa_malloc(&p, 512, 1, NULL), XSA_ERROR_OUT_OF_MEMORY);
+    assert_null(p);
+    assert_non_null(strstr(xsa_last_error(), "0 bytes allowed"));
+    INVARIANTS(1);
+    OK(xsa_malloc(&p, 4 * MiB, 0, NULL));
+    OK(xsa_free(p));
+    OK(xsa_set_memory_fraction(0.0, 0));
+    OK(xsa_malloc(&q, 4 * MiB, 0, NULL)); /* the cached block, as in PyTorch */
+    assert_ptr_equal(q, p);
+    assert_int_equal(xsa_malloc(&p, 64 * MiB, 0, NULL), XSA_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(xsa_malloc(&p, 512, 0, NULL), XSA_ERROR_OUT_OF_MEMORY);
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.num_ooms, 2);
+    assert_int_equal(s.allocated_bytes[XSA_STAT_ALL].current, 4 * MiB);
+    INVARIANTS(0);
+    OK(xsa_free(q));
+    OK(xsa_set_memory_fraction(1.0, 0));
+    OK(xsa_set_memory_fraction(1.0, 1));
+    OK(xsa_malloc(&p, 64 * MiB, 1, NULL));
+    OK(xsa_free(p));
+    INVARIANTS(1);
+}
+
+/* The fraction each device has: configured, then as set, before and
+ * after its pool exists (torch.cuda.get_per_process_memory_fraction). */
+static void test_memory_fraction_read_back(void **state) {
+    (void)state;
+    OK(xsa_init("per_process_memory_fraction:0.5"));
+    double f = -1;
+    OK(xsa_get_memory_fraction(0, &f));
+    assert_true(f == 0.5);
+    OK(xsa_set_memory_fraction(0.0, 0));
+    OK(xsa_get_memory_fraction(0, &f));
+    assert_true(f == 0.0);
+    void *p = NULL;
+    OK(xsa_malloc(&p, MiB, 1, NULL));
+    OK(xsa_get_memory_fraction(1, &f));
+    assert_true(f == 0.5);
+    OK(xsa_set_memory_fraction(0.75, 1));
+    OK(xsa_get_memory_fraction(1, &f));
+    assert_true(f == 0.75);
+    OK(xsa_free(p));
+    assert_int_equal(xsa_get_memory_fraction(2, &f), XSA_ERROR_INVALID_DEVICE);
+    assert_int_equal(xsa_get_memory_fraction(0, NULL), XSA_ERROR_INVALID_VALUE);
 }
 
 static void test_devices_are_separate(void **state) {
@@ -285,7 +379,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_size_zero_null_and_bad_pointers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_device_and_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom_carries_report_and_changes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oom_report_is_pytorchs_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_fraction_before_and_after_first_use, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_fraction_zero, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_fraction_read_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_devices_are_separate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_vmm_falls_back_to_classic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_returns_live_memory, setup, teardown),

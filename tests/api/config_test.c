@@ -375,8 +375,10 @@ static void test_per_process_memory_fraction(void **state) {
     assert_true(parse_ok("per_process_memory_fraction:1e-3").pool.memory_fraction == 1e-3);
     assert_true(parse_ok("per_process_memory_fraction: 0.25 ").pool.memory_fraction == 0.25);
     const char *k = "'per_process_memory_fraction'";
-    EXPECT_ERR("per_process_memory_fraction:0", k, "'0'", "out of range", "greater than 0 and at most 1");
-    EXPECT_ERR("per_process_memory_fraction:0.0", k, "'0.0'", "out of range");
+    /* PyTorch's range includes 0 (no device memory at all). */
+    assert_true(parse_ok("per_process_memory_fraction:0").pool.memory_fraction == 0.0);
+    assert_true(parse_ok("per_process_memory_fraction:0.0").pool.memory_fraction == 0.0);
+    EXPECT_ERR("per_process_memory_fraction:-0.1", k, "'-0.1'", "out of range", "from 0 to 1");
     EXPECT_ERR("per_process_memory_fraction:1.01", k, "'1.01'", "out of range");
     EXPECT_ERR("per_process_memory_fraction:-1", k, "'-1'", "out of range");
     EXPECT_ERR("per_process_memory_fraction:half", k, "'half'", "not a number");
@@ -434,7 +436,6 @@ static void test_ignored_keys_accept(void **state) {
         "pinned_max_round_threshold_mb:256",
         "pinned_max_cached_size_mb:1024",
         "pinned_free_catch_all:True",
-        "graph_capture_record_stream_reuse:True",
         "throw_on_cudamalloc_oom:False",
         "throw_on_cudamalloc_oom:True",
     };
@@ -462,12 +463,12 @@ static void test_ignored_keys_all_named(void **state) {
                             "pinned_num_register_threads:8, pinned_use_background_threads:True, "
                             "pinned_reserve_segment_size_mb:64, pinned_max_round_threshold_mb:0, "
                             "pinned_max_cached_size_mb:1, pinned_free_catch_all:False, "
-                            "graph_capture_record_stream_reuse:True, throw_on_cudamalloc_oom:True");
+                            "throw_on_cudamalloc_oom:True");
     assert_string_equal(c.ignored, "release_lock_on_hipmalloc, pinned_use_hip_host_register, "
                                    "pinned_num_register_threads, pinned_use_background_threads, "
                                    "pinned_reserve_segment_size_mb, pinned_max_round_threshold_mb, "
                                    "pinned_max_cached_size_mb, pinned_free_catch_all, "
-                                   "graph_capture_record_stream_reuse, throw_on_cudamalloc_oom");
+                                   "throw_on_cudamalloc_oom");
 }
 
 /* Keys xsalloc honours (or that match what it does) are not named. */
@@ -475,8 +476,13 @@ static void test_honoured_keys_not_named(void **state) {
     (void)state;
     xsa_config c = parse_ok("expandable_segments:False, max_split_size_mb:64, max_non_split_rounding_mb:40, "
                             "roundup_power2_divisions:4, garbage_collection_threshold:0.6, "
-                            "per_process_memory_fraction:0.5, backend:native, large_segment_size_mb:20");
+                            "per_process_memory_fraction:0.5, backend:native, large_segment_size_mb:20, "
+                            "graph_capture_record_stream_reuse:True");
     assert_string_equal(c.ignored, "");
+    assert_true(c.pool.capture_reuse);
+    /* Off by default and when given False, as in PyTorch. */
+    assert_false(parse_ok("").pool.capture_reuse);
+    assert_false(parse_ok("graph_capture_record_stream_reuse:False").pool.capture_reuse);
 }
 
 /* ---- where the settings come from ---- */

@@ -73,7 +73,9 @@ const fi_case fi_cases[] = {
     {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB, 0, 0},
     {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB, 0, 0},
     {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB, 250, 0},
-    {"multistream classic", TRACES "synthetic_multistream.trace.gz", "expandable_segments:False", 5000, 1, 4 * GiB, 250, 0},
+    /* Capture-time reuse on: its capture-info queries at mallocs and frees in the capture windows. */
+    {"multistream classic", TRACES "synthetic_multistream.trace.gz",
+     "expandable_segments:False,graph_capture_record_stream_reuse:True", 5000, 1, 4 * GiB, 250, 0},
     /* Headroom 1: handles of several pages (1/8 of the highest allocated bytes). */
     {"gpt2 expandable+recycling+shares", TRACES "gpt2_varlen.trace.gz", "ipc_handles:True,page_recycling_headroom:1", 3000, 16,
      2 * GiB, 0, 25},

@@ -71,8 +71,8 @@ static void test_recovery_and_clean_failure(void **state) {
     const char *confs[] = {CLASSIC, ""};
     for (int i = 0; i < 2; i++) {
         assert_int_equal(replay(small, confs[i], &r), -1);
-        if (!strstr(err, "XSA_ERROR_OUT_OF_MEMORY") || !strstr(err, "out of memory: tried to allocate") ||
-            !strstr(err, "total capacity of"))
+        if (!strstr(err, "XSA_ERROR_OUT_OF_MEMORY") || !strstr(err, "CUDA out of memory. Tried to allocate") ||
+            !strstr(err, "has a total capacity of"))
             fail_msg("'%s': %s", confs[i], err);
     }
     xsa_trace_free(&trace);

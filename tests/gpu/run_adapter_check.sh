@@ -7,7 +7,7 @@
 # adapter against the pluggable path in one process
 # (benchmarks/gpu/adapter_ab.py; ROUNDS rounds, ROUNDS=0 for none).
 #   bash tests/gpu/run_adapter_check.sh   (PYTHON=...; XSALLOC_LIBRARY=... to reuse a built library;
-#                                          CASES="mp mp_handles mp_off")
+#                                          CASES="oom accelerator fraction0 settings")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -30,7 +30,7 @@ conf_of() {  # the XSALLOC_CONF a case runs with
     esac
 }
 fail=0
-for c in ${CASES:-stats history oom mp mp_handles mp_off}; do
+for c in ${CASES:-stats history oom accelerator fraction0 settings mp mp_handles mp_off}; do
     conf=$(conf_of "$c")
     line=$(env -u XSALLOC_CONF timeout 400 "$PY" tests/gpu/checks/adapter_check.py --case "$c" ${conf:+--conf "$conf"} \
            2>/tmp/adapter-$c.err | tail -1)

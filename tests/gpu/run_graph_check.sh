@@ -15,7 +15,7 @@ if [ -z "${XSALLOC_LIBRARY:-}" ]; then  # else the library given (and the adapte
 fi
 fail=0
 native_detail=""
-for c in ${CASES:-issue two_stream compile mempool ckpt}; do
+for c in ${CASES:-issue two_stream compile mempool mempool_allocator ckpt reclaim}; do
     for m in native ${MODES:-default norec classic reuse}; do
         line=$(timeout 300 "$PY" tests/gpu/checks/graph_check.py --mode "$m" --case "$c" 2> "$lib/$m-$c.err" | tail -1)
         rc=$?

@@ -159,9 +159,8 @@ static void test_oom_report_changes_nothing(void **state) {
     void *x = NULL;
     assert_int_equal(xsa_pool_malloc(p, 30 * MiB, S0, &x, err, sizeof err), XSA_POOL_OOM);
     assert_null(x);
-    assert_non_null(strstr(err, "out of memory"));
-    assert_non_null(strstr(err, "tried to allocate 30.00 MiB"));
-    assert_non_null(strstr(err, "40.00 MiB allocated"));
+    assert_non_null(strstr(err, "CUDA out of memory. Tried to allocate 30.00 MiB. GPU 0 has a total capacity of"));
+    assert_non_null(strstr(err, "Of the allocated memory 40.00 MiB is allocated by xsalloc"));
     assert_non_null(strstr(err, "max_split_size_mb"));
     CHECK(p);
     xsa_device_stats after = stats(p);
@@ -196,7 +195,7 @@ static void test_memory_fraction(void **state) {
     void *a = alloc(p, 60 * MiB, S0);
     void *x = NULL;
     assert_int_equal(xsa_pool_malloc(p, 6 * MiB, S0, &x, err, sizeof err), XSA_POOL_OOM);
-    assert_non_null(strstr(err, "memory fraction"));
+    assert_non_null(strstr(err, "is free. 64.00 MiB allowed; Of the allocated memory 60.00 MiB"));
     CHECK(p);
     release(p, a);
     teardown(p);
@@ -266,7 +265,7 @@ static void test_expandable_grows_by_pages(void **state) {
     assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].current, 6 * MiB);
     void *c = alloc(p, 1000, S0); /* small pool: its own segment */
     assert_int_equal(stats(p).reserved_bytes[XSA_STAT_SMALL_POOL].current, 2 * MiB);
-    assert_int_equal(stats(p).segment[XSA_STAT_ALL].current, 2);
+    assert_int_equal(stats(p).segment[XSA_STAT_ALL].current, 0); /* expandable: never counted (stats_test) */
     release(p, a);
     release(p, b);
     release(p, c);

@@ -356,7 +356,53 @@ def fake_torch(cuda_initialized=False):
     memory.change_current_allocator = change_current_allocator
     cuda.memory = memory
     torch.cuda = cuda
+    torch.accelerator = fake_accelerator()
+    torch._C = fake_torch_C()
+    # torch 2.11's: looks the setter up in torch._C at call time.
+    memory._set_allocator_settings = lambda env: torch._C._accelerator_setAllocatorSettings(env)
     return torch
+
+
+def fake_torch_C():
+    """torch._C's settings setter, recording the strings it accepts and
+    refusing unknown keys with ValueError, as torch 2.11's does."""
+    C = types.SimpleNamespace(settings=[])
+
+    def set_settings(env):
+        for item in filter(None, (i.strip() for i in env.split(","))):
+            if item.split(":")[0] in ("foo", "bar"):
+                raise ValueError(f"Unrecognized key '{item.split(':')[0]}' in Accelerator allocator config.")
+        C.settings.append(env)
+    C._accelerator_setAllocatorSettings = set_settings
+    return C
+
+
+# torch.accelerator's memory API as torch 2.11 has it (torch/accelerator/memory.py):
+# the allocator c10 has registered, which torch's pluggable allocator never replaces.
+ACCELERATOR_MEMORY = """
+def memory_stats(device_index=None, /):
+    return {}
+def memory_allocated(device_index=None, /):
+    return memory_stats(device_index).get("allocated_bytes.all.current", 0)
+def max_memory_reserved(device_index=None, /):
+    return memory_stats(device_index).get("reserved_bytes.all.peak", 0)
+def reset_peak_memory_stats(device_index=None, /):
+    pass
+def reset_accumulated_memory_stats(device_index=None, /):
+    pass
+def empty_cache():
+    pass
+"""
+
+
+def fake_accelerator():
+    memory = types.ModuleType("torch.accelerator.memory")
+    exec(ACCELERATOR_MEMORY, memory.__dict__)
+    acc = types.SimpleNamespace(memory=memory)
+    for name in ("memory_stats", "memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
+                 "reset_accumulated_memory_stats", "empty_cache"):
+        setattr(acc, name, getattr(memory, name))
+    return acc
 
 
 class FakeTorchTest(SimTestCase):
@@ -406,6 +452,7 @@ class FakeTorchTest(SimTestCase):
             finally:
                 xsalloc.torch._adapter = None
             self.assertEqual(module.installs, 1)
+            self.assertTrue(torch._C._accelerator_setAllocatorSettings._xsalloc, "settings reach xsalloc")
             self.assertIsNone(torch.cuda.memory.installed, "not the pluggable path")
             self.assertIsNone(torch.cuda.memory.memory_stats_as_nested_dict, "torch's statistics left alone")
         kw = built[0]
@@ -450,6 +497,62 @@ class FakeTorchTest(SimTestCase):
             with captured_stderr() as err:
                 TORCH_POOL_CALL(hooks["set_end_allocate_to_pool_fn"])(0, graph)
             self.assertIn("xsa_torch_end_allocate_to_pool failed", err[0])
+
+    def test_pluggable_path_points_torch_accelerator_at_xsalloc(self):
+        with module_as("torch", fake_torch()) as torch:
+            alloc = xsalloc.torch.use(adapter=False)
+            acc = torch.accelerator
+            self.assertIn("active_bytes.all.current", acc.memory_stats(), "the name torch.accelerator re-exports too")
+            self.assertEqual(acc.memory.memory_allocated(), 0)
+            p = TORCH_MALLOC(alloc.fns[0])(3 * MiB, 0, None)
+            self.assertEqual(acc.memory.memory_allocated(), 3 * MiB, "built on memory_stats, looked up at call time")
+            self.assertEqual(acc.memory.memory_stats(0)["active_bytes.all.current"], 3 * MiB)
+            TORCH_FREE(alloc.fns[1])(p, 3 * MiB, 0, None)
+            self.assertEqual(self.stat("active_bytes.all.freed"), 3 * MiB)
+            acc.memory.reset_accumulated_memory_stats(None)
+            self.assertEqual(self.stat("active_bytes.all.freed"), 0)
+            acc.memory.empty_cache()
+            self.assertEqual(self.stat("reserved_bytes.all.current"), 0)
+            acc.memory.reset_peak_memory_stats(0)
+            self.assertEqual(acc.memory.max_memory_reserved(), 0)
+
+    def test_settings_set_through_torch_reach_xsalloc(self):
+        with module_as("torch", fake_torch()) as torch:
+            alloc = xsalloc.torch.use(adapter=False)
+            malloc, free = TORCH_MALLOC(alloc.fns[0]), TORCH_FREE(alloc.fns[1])
+            torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+            self.assertEqual(torch._C.settings, ["expandable_segments:False"], "torch's setter ran first")
+            p = malloc(MiB, 0, None)
+            self.assertEqual(self.stat("segment.all.current"), 1, "a classic segment: the setting reached xsalloc")
+            free(p, MiB, 0, None)
+            self.assertIn('changed at run time by xsa_set_allocator_settings: "expandable_segments:False"',
+                          xsalloc.memory_summary(0))
+            # torch refuses first: xsalloc is not reached.
+            with self.assertRaisesRegex(ValueError, "Unrecognized key 'foo'"):
+                torch._C._accelerator_setAllocatorSettings("foo:1,bar:2")
+            # torch accepts, xsalloc refuses a key set when the pools were made, naming it.
+            with self.assertRaisesRegex(xsalloc.XsallocError, "'per_process_memory_fraction' cannot change"):
+                torch.cuda.memory._set_allocator_settings("per_process_memory_fraction:0.5")
+            self.assertEqual(torch._C.settings[-1], "per_process_memory_fraction:0.5")
+            xsalloc.torch.use()  # a second use() wraps nothing twice
+            torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+            self.assertEqual(torch._C.settings[-1], "expandable_segments:True")
+            p = malloc(3 * MiB, 0, None)
+            self.assertEqual(self.stat("reserved_bytes.large_pool.current"), 4 * MiB, "two pages of a new expandable segment")
+            free(p, 3 * MiB, 0, None)
+            self.lib.cdll.xsa_empty_cache()
+
+    def test_set_allocator_settings_errors(self):
+        with self.assertRaisesRegex(ValueError, "'max_split_size_mb' value 'abc'"):
+            xsalloc.set_allocator_settings("max_split_size_mb:abc")
+        with self.assertRaisesRegex(xsalloc.XsallocError, "XSA_ERROR_NOT_SUPPORTED: .*'peer_access'"):
+            xsalloc.set_allocator_settings("peer_access:True")
+        xsalloc.set_allocator_settings("roundup_power2_divisions:4")
+        p = ctypes.c_void_p()
+        self.lib.check(self.lib.cdll.xsa_ctx_malloc(ctypes.byref(p), 84 * MiB, 0, None), "malloc")
+        self.assertEqual(self.stat("allocated_bytes.all.current"), 96 * MiB)
+        self.lib.check(self.lib.cdll.xsa_ctx_free(p), "free")
+        self.lib.cdll.xsa_empty_cache()
 
     def test_conf_on_a_second_use_is_refused(self):
         with module_as("torch", fake_torch()):
@@ -518,7 +621,8 @@ class FakeCupyTest(SimTestCase):
                     cupy.cuda.allocator(40 * MiB)
             finally:
                 gc.enable()
-            self.assertIn("xsalloc:", str(cm.exception))
+            self.assertIn("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of",
+                          str(cm.exception))
             del held
             gc.collect()
 

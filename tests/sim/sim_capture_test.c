@@ -62,7 +62,8 @@ static void expect_deps(xsa_graph_node node, const xsa_graph_node *want, size_t 
     size_t count = 99;
     OK(XSA_DRV(D, graph_node_get_dependencies, node, NULL, &count));
     assert_int_equal(n, count);
-    xsa_graph_node got[8];
+    xsa_graph_node got[16];
+    assert_true(count <= 16);
     OK(XSA_DRV(D, graph_node_get_dependencies, node, got, &count));
     for (size_t i = 0; i < n; i++) {
         size_t k = 0;
@@ -194,6 +195,67 @@ static void test_fork_and_join(void **state) {
     NO_VIOLATION();
     OK(XSA_DRV(D, event_destroy, fork));
     OK(XSA_DRV(D, event_destroy, back));
+    drop_mapping(&m);
+}
+
+/* What capture-time reuse reads (pool/capture_reuse.c): a fork before
+ * any node joins with no terminals and its first node is a root; waiting
+ * twice on one event, or on two carrying the same node, adds it once;
+ * the origin's terminals after joins are the joined streams' last nodes,
+ * and the node after them depends on each. A buffer shorter than a node's
+ * dependencies gets as many as fit, and says so. (capture_probe's
+ * fork_join_terminals compares these with the real driver.) */
+static void test_terminals_through_forks_and_joins(void **state) {
+    (void)state;
+    enum { SIDE = 10 };
+    xsa_sim_set_gpu_lag(LAG);
+    mapping m = new_mapping(1);
+    xsa_event fork = new_event(), back[SIDE];
+    OK(XSA_DRV(D, stream_begin_capture, S1));
+    OK(XSA_DRV(D, event_record, fork, S1)); /* nothing captured on S1 yet */
+    xsa_graph_node last[SIDE];
+    for (int i = 0; i < SIDE; i++) {
+        xsa_stream side = (xsa_stream)(uintptr_t)(0x2000 + i);
+        OK(XSA_DRV(D, stream_wait_event, side, fork));
+        OK(XSA_DRV(D, stream_wait_event, side, fork)); /* twice: still nothing */
+        capture_info joined = info(side);
+        assert_int_equal(XSA_CAPTURE_ACTIVE, joined.status);
+        assert_int_equal(0, joined.n);
+        launch(side, m.va + (size_t)i * 4096, 4096);
+        last[i] = terminal(side);
+        expect_deps(last[i], NULL, 0); /* a root */
+        back[i] = new_event();
+        OK(XSA_DRV(D, event_record, back[i], side));
+    }
+    assert_int_equal(0, info(S1).n);
+    for (int i = 0; i < SIDE; i++) OK(XSA_DRV(D, stream_wait_event, S1, back[i]));
+    OK(XSA_DRV(D, stream_wait_event, S1, back[3])); /* again: no duplicate */
+    const xsa_graph_node *deps = NULL;
+    size_t n = 0;
+    int status = 0;
+    OK(XSA_DRV(D, stream_get_capture_info, S1, &status, NULL, &deps, &n));
+    assert_int_equal(SIDE, n);
+    for (int i = 0; i < SIDE; i++) {
+        size_t k = 0;
+        while (k < n && deps[k] != last[i]) k++;
+        if (k == n) fail_msg("side stream %d's last node is not a terminal of S1", i);
+    }
+    launch(S1, m.va + 64 * 4096, 4096);
+    xsa_graph_node join = terminal(S1);
+    expect_deps(join, last, SIDE);
+    xsa_graph_node some[8];
+    size_t got = 8;
+    OK(XSA_DRV(D, graph_node_get_dependencies, join, some, &got));
+    assert_int_equal(8, got);
+    for (int k = 0; k < 8; k++) {
+        int i = 0;
+        while (i < SIDE && some[k] != last[i]) i++;
+        if (i == SIDE) fail_msg("dependency %d of the join is not a side stream's node", k);
+    }
+    OK(XSA_DRV(D, graph_destroy, end_capture(S1)));
+    NO_VIOLATION();
+    OK(XSA_DRV(D, event_destroy, fork));
+    for (int i = 0; i < SIDE; i++) OK(XSA_DRV(D, event_destroy, back[i]));
     drop_mapping(&m);
 }
 
@@ -654,6 +716,7 @@ int main(void) {
         T(test_begin_end_status_and_ids),
         T(test_kernels_become_chained_nodes),
         T(test_fork_and_join),
+        T(test_terminals_through_forks_and_joins),
         T(test_unjoined_fork),
         T(test_captured_event_query_invalidates),
         T(test_sync_calls_forbidden_during_capture),

@@ -11,7 +11,24 @@ CASE:
   allocations made in a named function carry its Python frame, in the
   trace and on the live blocks.
 - oom: a 200 GiB torch.empty raises torch.OutOfMemoryError (not a tensor at
-  address 0) with xsalloc's report; after empty_cache() training goes on.
+  address 0) whose text is PyTorch's from its first word ("CUDA out of
+  memory. Tried to allocate 200.00 GiB. GPU 0 has a total capacity of") and
+  is xsa_last_error()'s, word for word; 8 EiB gives PyTorch's "Tried to
+  allocate more than 1EB memory"; after empty_cache() training goes on.
+- accelerator: torch.accelerator's memory API reaches xsalloc (TestCuda.
+  test_memory_stats): the allocator counts as initialised, memory_stats()
+  equals xsalloc's key for key, a 1 KiB tensor moves active_bytes by 1024
+  and its free shows in freed, empty_cache() gives the cached memory back,
+  the peak resets.
+- fraction0: set_per_process_memory_fraction(0.0) is accepted and read
+  back as 0.0; a request the cache cannot serve raises OutOfMemoryError
+  naming "0 bytes allowed"; back at 1.0 allocations work.
+- settings: torch.cuda.memory._set_allocator_settings reaches xsalloc: with
+  expandable_segments:False a new tensor lands in a classic segment, with
+  True in an expandable one; roundup_power2_divisions:4 rounds 84 MiB to
+  96 MiB; a value torch refuses raises torch's ValueError; a key xsalloc
+  cannot change any more (per_process_memory_fraction) raises naming it;
+  xsalloc's settings report the last string.
 - mp (--conf ipc_handles:True): torch.multiprocessing (spawn) sends CUDA
   tensors to a child over a Pipe (what a Queue's feeder thread does, on the
   calling thread so an error surfaces here): a slice at a nonzero offset
@@ -102,17 +119,101 @@ def train(torch, steps):
     return losses
 
 
+def oom_message(torch, nbytes):
+    """The first line of the OutOfMemoryError an allocation of nbytes raises, and xsa_last_error() then."""
+    try:
+        t = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        return f"no error: a tensor at {t.data_ptr():#x}", ""
+    except torch.OutOfMemoryError as e:
+        import xsalloc
+        return str(e).splitlines()[0], xsalloc._lib.load().last_error()
+
+
 def case_oom(torch, xsalloc):
     train(torch, 3)
-    try:
-        t = torch.empty(200 << 30, dtype=torch.uint8, device="cuda")
-        return False, f"no error: a tensor at {t.data_ptr():#x}"
-    except torch.OutOfMemoryError as e:
-        message = str(e).splitlines()[0]
+    message, last = oom_message(torch, 200 << 30)
+    exa, _ = oom_message(torch, 8 << 60)
     torch.cuda.empty_cache()
     losses = train(torch, 5)
-    ok = len(losses) == 5 and all(l == l for l in losses) and torch.cuda.memory_stats()["num_ooms"] >= 1
-    return ok, f"OutOfMemoryError: {message[:200]}; 5 more steps trained"
+    ok = (len(losses) == 5 and all(l == l for l in losses) and torch.cuda.memory_stats()["num_ooms"] >= 1
+          and message.startswith("CUDA out of memory. Tried to allocate 200.00 GiB. GPU 0 has a total capacity of ")
+          and message == last and exa.startswith("CUDA out of memory. Tried to allocate more than 1EB memory."))
+    return ok, f"OutOfMemoryError: {message[:400]}; same as xsa_last_error: {message == last}; 8 EiB: {exa[:80]}"
+
+
+def case_accelerator(torch, xsalloc):
+    acc = torch.accelerator
+    x = torch.ones(1 << 20, device="cuda")
+    initialised = torch._C._accelerator_isAllocatorInitialized()
+    mine, theirs = xsalloc.memory_stats(0), acc.memory_stats()
+    shared = sorted(set(mine) & set(theirs))
+    diff = [k for k in shared if mine[k] != theirs[k]]
+    torch.cuda.reset_accumulated_memory_stats()
+    before = acc.memory_stats()["active_bytes.all.current"]
+    t = torch.randn(256, device="cuda")
+    grew = acc.memory_stats()["active_bytes.all.current"] - before
+    del t
+    acc.empty_cache()
+    freed = acc.memory_stats()["active_bytes.all.freed"]
+    del x
+    acc.empty_cache()
+    reserved = acc.memory_reserved()
+    acc.reset_peak_memory_stats()
+    peak = acc.max_memory_reserved()
+    ok = initialised and len(shared) > 50 and not diff and grew == 1024 and freed == 1024 and peak == reserved
+    return ok, (f"initialised {initialised}; {len(shared)} keys compared, differing {diff[:5]}; active +{grew}, "
+                f"freed {freed}; reserved after empty_cache {reserved}, peak after reset {peak}")
+
+
+def case_fraction0(torch, xsalloc):
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(0.0)
+    read = torch.cuda.get_per_process_memory_fraction()
+    try:
+        torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        message = "no error"
+    except torch.OutOfMemoryError as e:
+        message = str(e).splitlines()[0]
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    y = torch.ones(64 << 20, dtype=torch.uint8, device="cuda")
+    ok = read == 0.0 and "0 bytes allowed; " in message and y.sum().item() == 64 << 20
+    return ok, f"read back {read}; OutOfMemoryError: {message[:300]}; at 1.0 64 MiB allocated"
+
+
+def in_expandable_segment(torch, tensor):
+    ptr = tensor.untyped_storage().data_ptr()
+    for s in torch.cuda.memory_snapshot():
+        if s["address"] <= ptr < s["address"] + s["total_size"]:
+            return s["is_expandable"]
+    return None
+
+
+def case_settings(torch, xsalloc):
+    set_settings = torch.cuda.memory._set_allocator_settings
+    set_settings("expandable_segments:False")
+    classic = torch.ones(4 << 20, device="cuda")
+    set_settings("expandable_segments:True")
+    expandable = torch.ones(4 << 20, device="cuda")
+    set_settings("roundup_power2_divisions:4")
+    start = torch.cuda.memory_stats()["active_bytes.all.allocated"]
+    rounded = torch.empty(84 << 20, dtype=torch.uint8, device="cuda")
+    grew = torch.cuda.memory_stats()["active_bytes.all.allocated"] - start
+    set_settings("")
+    errors = []
+    for conf, kind, needle in (("garbage_collection_threshold:1.2", ValueError, ""),
+                               ("per_process_memory_fraction:0.5", RuntimeError, "per_process_memory_fraction")):
+        try:
+            set_settings(conf)
+            errors.append(f"{conf}: no error")
+        except kind as e:
+            if needle not in str(e):
+                errors.append(f"{conf}: {type(e).__name__}: {str(e).splitlines()[0]}")
+    text = xsalloc.memory_summary(0).splitlines()[-1]
+    ok = (in_expandable_segment(torch, classic) is False and in_expandable_segment(torch, expandable) is True
+          and grew == 96 << 20 and not errors and text.endswith('xsa_set_allocator_settings: ""'))
+    del rounded
+    return ok, (f"classic segment: {in_expandable_segment(torch, classic) is False}, expandable: "
+                f"{in_expandable_segment(torch, expandable)}; 84 MiB took {grew >> 20} MiB; errors {errors}; {text}")
 
 
 def invariants_hold():
@@ -239,7 +340,8 @@ def case_mp_off(torch, xsalloc):
     return ok, f"RuntimeError: {message[:300]}; the process went on"
 
 
-CASES = {"stats": case_stats, "history": case_history, "oom": case_oom, "mp": case_mp, "mp_handles": case_mp_handles,
+CASES = {"stats": case_stats, "history": case_history, "oom": case_oom, "accelerator": case_accelerator,
+         "fraction0": case_fraction0, "settings": case_settings, "mp": case_mp, "mp_handles": case_mp_handles,
          "mp_off": case_mp_off}
 
 

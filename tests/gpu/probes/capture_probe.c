@@ -220,6 +220,50 @@ static void fork_join(run *r) {
     XSA_DRV(r->d, event_destroy, back);
 }
 
+/* What capture-time reuse reads (pool/capture_reuse.c): the terminal
+ * counts of a fork made before any node (and waited on twice), of the
+ * origin after joining two streams (one of them twice), the join node's
+ * dependency count, and a one-entry buffer for its two dependencies. */
+static void fork_join_terminals(run *r) {
+    xsa_event fork = event(r), back2 = event(r), back3 = event(r);
+    int status = -1;
+    const xsa_graph_node *deps = NULL;
+    size_t n = 99, m = 99;
+    note(r, XSA_DRV(r->d, stream_begin_capture, r->s1));
+    note(r, XSA_DRV(r->d, event_record, fork, r->s1)); /* no node on s1 yet */
+    note(r, XSA_DRV(r->d, stream_wait_event, r->s2, fork));
+    note(r, XSA_DRV(r->d, stream_wait_event, r->s2, fork));
+    note(r, XSA_DRV(r->d, stream_get_capture_info, r->s2, &status, NULL, &deps, &n));
+    note(r, status);
+    note(r, (int)n);
+    note(r, r->work(r->s2, r->buf + 8192, 4096));
+    note(r, XSA_DRV(r->d, stream_get_capture_info, r->s2, &status, NULL, &deps, &n));
+    note(r, (int)n);
+    note(r, XSA_DRV(r->d, graph_node_get_dependencies, n ? deps[0] : NULL, NULL, &m));
+    note(r, (int)m); /* a root */
+    note(r, XSA_DRV(r->d, event_record, back2, r->s2));
+    note(r, XSA_DRV(r->d, stream_wait_event, r->s3, fork));
+    note(r, r->work(r->s3, r->buf + 16384, 4096));
+    note(r, XSA_DRV(r->d, event_record, back3, r->s3));
+    note(r, XSA_DRV(r->d, stream_wait_event, r->s1, back2));
+    note(r, XSA_DRV(r->d, stream_wait_event, r->s1, back3));
+    note(r, XSA_DRV(r->d, stream_wait_event, r->s1, back2)); /* again */
+    note(r, XSA_DRV(r->d, stream_get_capture_info, r->s1, &status, NULL, &deps, &n));
+    note(r, (int)n);
+    note(r, r->work(r->s1, r->buf, 4096));
+    note(r, XSA_DRV(r->d, stream_get_capture_info, r->s1, &status, NULL, &deps, &n));
+    xsa_graph_node join = n ? deps[0] : NULL, one = NULL;
+    note(r, XSA_DRV(r->d, graph_node_get_dependencies, join, NULL, &m));
+    note(r, (int)m);
+    m = 1;
+    note(r, XSA_DRV(r->d, graph_node_get_dependencies, join, &one, &m));
+    note(r, (int)m);
+    end(r, r->s1);
+    XSA_DRV(r->d, event_destroy, fork);
+    XSA_DRV(r->d, event_destroy, back2);
+    XSA_DRV(r->d, event_destroy, back3);
+}
+
 static void unjoined_and_unmatched(run *r) {
     xsa_event fork = event(r);
     for (int unmatched = 0; unmatched < 2; unmatched++) {
@@ -258,6 +302,7 @@ static const struct {
     {"memory_calls", memory_calls},
     {"relaxed_memory_calls", relaxed_memory_calls},
     {"fork_join", fork_join},
+    {"fork_join_terminals", fork_join_terminals},
     {"unjoined_and_unmatched", unjoined_and_unmatched},
     {"legacy_stream_joins", legacy_stream_joins},
 };

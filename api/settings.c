@@ -1,0 +1,128 @@
+/*
+ * api/settings: settings changed at run time (xsa_set_allocator_settings;
+ * torch.cuda.memory._set_allocator_settings through the torch adapter).
+ *
+ * Design: the string is parsed as at initialisation (api/config.c: same
+ * syntax, keys and errors), then merged into the settings in use with
+ * PyTorch's run-time rules, under the configuration's lock
+ * (xsa_api_change_options), and every device's pool takes the result
+ * (pool/settings.c). A key's class says how (the table below):
+ *  - RESET: PyTorch resets it to its default whenever settings are given
+ *    (AcceleratorAllocatorConfig::parseArgs): max_split_size_mb,
+ *    roundup_power2_divisions, garbage_collection_threshold;
+ *  - KEPT: a key not given keeps its value; given, it applies from the
+ *    next request on (expandable_segments, as in PyTorch, decides where
+ *    new memory goes; graph_capture_record_stream_reuse from the next
+ *    free or malloc, blocks already waiting keep waiting);
+ *  - FIXED: set once, when the pools are made (peer grants, exportable
+ *    pages, handle sizes, the memory fraction of each device): given with
+ *    another value than the one in use, the call fails naming the key and
+ *    what to do instead; the same value is accepted.
+ * Nothing changes unless everything is accepted. The PyTorch keys xsalloc
+ * accepts and ignores are validated as at initialisation and named on
+ * stderr the first time each is given (api/CONFIG.md).
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/config.h"
+#include "api/errors.h"
+#include "api/devices.h"
+
+typedef enum { RESET, KEPT, FIXED } change_rule;
+
+#define FIELD(f) offsetof(xsa_pool_options, f), sizeof(((xsa_pool_options *)0)->f)
+
+/* Every honoured key and its field in xsa_pool_options. */
+static const struct {
+    const char *key;
+    size_t offset, size;
+    change_rule rule;
+    const char *instead; /* FIXED: what changes it after initialisation */
+} keys[] = {
+    {"max_split_size_mb", FIELD(max_split_size), RESET, NULL},
+    {"roundup_power2_divisions", FIELD(roundup_power2_divisions), RESET, NULL},
+    {"garbage_collection_threshold", FIELD(garbage_collection_threshold), RESET, NULL},
+    {"expandable_segments", FIELD(expandable_segments), KEPT, NULL},
+    {"page_recycling", FIELD(page_recycling), KEPT, NULL},
+    {"page_recycling_headroom", FIELD(page_recycling_headroom), KEPT, NULL},
+    {"max_non_split_rounding_mb", FIELD(max_non_split_rounding), KEPT, NULL},
+    {"graph_capture_record_stream_reuse", FIELD(capture_reuse), KEPT, NULL},
+    {"peer_access", FIELD(peer_access), FIXED, "xsa_enable_peer_access grants a device at run time"},
+    {"ipc_handles", FIELD(ipc_handles), FIXED, "set it in XSALLOC_CONF before the process starts"},
+    {"expandable_handle_mb", FIELD(handle_size), FIXED, "set it in XSALLOC_CONF before the process starts"},
+    {"per_process_memory_fraction", FIELD(memory_fraction), FIXED,
+     "xsa_set_memory_fraction (torch.cuda.set_per_process_memory_fraction) sets a device's at run time"},
+};
+
+/* A new pool option must be given a rule above: this fails to compile
+ * until the table and the size agree. */
+_Static_assert(sizeof(xsa_pool_options) == 200, "a pool option without a run-time rule in api/settings.c");
+
+typedef struct merge_ctx {
+    const xsa_config *given;
+    const char *fn;
+} merge_ctx;
+
+static xsa_status merge(const xsa_pool_options *current, xsa_pool_options *next, void *ctxp) {
+    const merge_ctx *ctx = ctxp;
+    *next = ctx->given->pool; /* given keys' values, defaults elsewhere */
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char *to = (char *)next + keys[i].offset;
+        const char *from = (const char *)current + keys[i].offset;
+        bool gave = xsa_config_gave(ctx->given, keys[i].key);
+        if (keys[i].rule == FIXED && gave && memcmp(to, from, keys[i].size) != 0)
+            return xsa_fail(XSA_ERROR_NOT_SUPPORTED,
+                            "%s: key '%s' cannot change after initialisation (the pools are made with it); %s",
+                            ctx->fn, keys[i].key, keys[i].instead);
+        if (keys[i].rule != RESET && !gave) memcpy(to, from, keys[i].size);
+    }
+    /* The rule config.c applies to one string, across old and new. */
+    const char *needs = next->peer_access ? "peer_access" : next->ipc_handles ? "ipc_handles" : NULL;
+    if (needs && !next->expandable_segments)
+        return xsa_fail(XSA_ERROR_NOT_SUPPORTED,
+                        "%s: key 'expandable_segments' cannot be False while %s is True (it needs expandable "
+                        "segments)", ctx->fn, needs);
+    return XSA_SUCCESS;
+}
+
+/* Names on stderr the ignored keys among `ignored` (config.c's list:
+ * names joined by ", ") that no earlier call of this process named. */
+static void name_ignored(const char *ignored) {
+    static char named[32][64];
+    static size_t n_named;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    char fresh[XSA_CONFIG_IGNORED_MAX] = "";
+    pthread_mutex_lock(&lock);
+    for (const char *p = ignored; *p; p += strspn(p, ", ")) {
+        size_t n = strcspn(p, ",");
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        p += n;
+        bool seen = false;
+        for (size_t i = 0; i < n_named && !seen; i++) seen = strcmp(named[i], key) == 0;
+        if (seen) continue;
+        if (n_named < sizeof named / sizeof named[0]) strcpy(named[n_named++], key);
+        size_t len = strlen(fresh);
+        snprintf(fresh + len, sizeof fresh - len, "%s%s", len ? ", " : "", key);
+    }
+    pthread_mutex_unlock(&lock);
+    if (fresh[0])
+        fprintf(stderr, "xsalloc: xsa_set_allocator_settings: ignoring %s (xsalloc cannot honour these PyTorch keys; "
+                        "api/CONFIG.md says why)\n", fresh);
+}
+
+xsa_status xsa_set_allocator_settings(const char *conf) {
+    static const char fn[] = "xsa_set_allocator_settings";
+    if (!conf) return xsa_fail(XSA_ERROR_INVALID_VALUE, "%s: conf is NULL", fn);
+    xsa_config given;
+    char why[1024];
+    if (!xsa_config_parse(conf, &given, why, sizeof why)) return xsa_fail(XSA_ERROR_CONFIG, "%s: %s", fn, why);
+    merge_ctx ctx = {&given, fn};
+    xsa_status st = xsa_api_change_options(merge, &ctx, conf);
+    if (st == XSA_SUCCESS && given.ignored[0]) name_ignored(given.ignored);
+    return st;
+}
