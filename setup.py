@@ -73,5 +73,5 @@ library = Extension(
     libraries=["dl", "pthread"],
 )
 
-setup(package_dir={"": "python"}, packages=["xsalloc"], package_data={"xsalloc": ["torch_adapter.cpp"]},
+setup(package_dir={"": "python"}, packages=["xsalloc"], package_data={"xsalloc": ["csrc/*.cpp", "csrc/*.h"]},
       ext_modules=[library], cmdclass={"build_ext": BuildLibrary, "build_py": BuildPackage})

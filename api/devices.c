@@ -104,7 +104,7 @@ static xsa_status init_locked(const char *conf) {
         return st;
     }
     if (g.config.ignored[0])
-        fprintf(stderr, "xsalloc: %s: ignoring %s (xsalloc cannot honour these PyTorch keys; api/CONFIG.md says why)\n",
+        fprintf(stderr, "xsalloc: %s: ignoring %s (xsalloc cannot honour these PyTorch keys; docs/configuration.md says why)\n",
                 conf ? "configuration" : source, g.config.ignored);
     g.conf_source = source;
     g.conf_text = copy;

@@ -35,7 +35,7 @@ XSA_API xsa_status xsa_ctx_empty_cache(void);
 /* CUDAPluggableAllocator(path, "xsa_torch_malloc", "xsa_torch_free").
  * size 0 or a failure returns NULL; free ignores size (xsalloc knows it)
  * and frees on the block's own stream; device and stream only feed the lag
- * probe (XSALLOC_LAG_PROBE, api/CONFIG.md). */
+ * probe (XSALLOC_LAG_PROBE, docs/configuration.md). */
 XSA_API void *xsa_torch_malloc(ssize_t size, int device, void *stream);
 XSA_API void xsa_torch_free(void *ptr, ssize_t size, int device, void *stream);
 

@@ -63,7 +63,7 @@ XSA_API const char *xsa_driver_name(void);
  * NULL, from the first of XSALLOC_CONF, PYTORCH_ALLOC_CONF and
  * PYTORCH_CUDA_ALLOC_CONF that is set (none: all defaults). PyTorch keys that
  * xsalloc accepts but cannot honour are named in one line on stderr
- * (api/CONFIG.md). Fails with XSA_ERROR_ALREADY_INITIALIZED if initialised
+ * (docs/configuration.md). Fails with XSA_ERROR_ALREADY_INITIALIZED if initialised
  * (call xsa_shutdown first). */
 XSA_API xsa_status xsa_init(const char *conf);
 /* Frees every cached block, returns all memory to the driver and forgets the
@@ -160,7 +160,7 @@ XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);
  * meanwhile returns to its pool only after the capture, once those
  * streams' work queued by then has completed (with
  * graph_capture_record_stream_reuse, as soon as the captured graph orders
- * those uses before its stream's next work: api/CONFIG.md). The filter is called with
+ * those uses before its stream's next work: docs/configuration.md). The filter is called with
  * the device's lock held: it must not call xsalloc.
  * XSA_ERROR_INVALID_VALUE for id {0, 0} or a pool already routed to. */
 XSA_API xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_filter filter, void *ctx);
@@ -471,7 +471,7 @@ typedef struct xsa_memory_hooks {
 XSA_API xsa_status xsa_register_hooks(const xsa_memory_hooks *hooks, void *user, int *id);
 XSA_API xsa_status xsa_unregister_hooks(int id);
 
-/* ---- For framework adapters (python/xsalloc/torch_adapter.cpp) ----
+/* ---- For framework adapters (python/xsalloc/csrc/) ----
  * The recorded events and one device's segments as structs, so that an
  * adapter can build a framework's own snapshot and trace types. */
 
@@ -550,7 +550,7 @@ XSA_API xsa_status xsa_get_settings(xsa_settings *out);
  * value than the one in use fails with XSA_ERROR_NOT_SUPPORTED naming the
  * key (as does expandable_segments:False while peer_access or ipc_handles
  * is True); nothing changes on any failure. PyTorch keys xsalloc ignores
- * are accepted and named on stderr once. api/CONFIG.md has the table. */
+ * are accepted and named on stderr once. docs/configuration.md has the table. */
 XSA_API xsa_status xsa_set_allocator_settings(const char *conf);
 XSA_API void xsa_device_snapshot_free(xsa_device_snapshot *snap);
 

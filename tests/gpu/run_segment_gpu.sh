@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${CMOCKA_DIR:-.carry}
 gcc -std=c11 -D_GNU_SOURCE -DXSA_TEST_CUDA -Wall -Wextra -Werror -I. -Iinclude -I"$dir" -I/usr/local/cuda/include \
-    tests/vmm/segment_test.c vmm/segment.c vmm/driver.c vmm/driver_cuda.c sim/*.c \
+    tests/vmm/segment_test.c vmm/*.c sim/*.c \
     "$dir/libcmocka.so.0" -ldl -lpthread -o /tmp/segment_gpu_test
 LD_LIBRARY_PATH="$PWD/$dir" /tmp/segment_gpu_test

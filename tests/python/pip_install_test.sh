@@ -29,7 +29,7 @@ lib="$site/xsalloc/libxsalloc.so"
 ! ldd "$lib" | grep -q libcuda || fail "$lib links libcuda: $(ldd "$lib")"
 
 # What xsalloc.torch compiles the torch adapter from.
-for f in torch_adapter.cpp include/xsalloc/xsalloc.h include/xsalloc/types.h include/xsalloc/pytorch.h; do
+for f in csrc/adapter.cpp csrc/contexts.cpp csrc/contexts.h csrc/snapshot.cpp csrc/snapshot.h csrc/common.h include/xsalloc/xsalloc.h include/xsalloc/types.h include/xsalloc/pytorch.h; do
     [ -f "$site/xsalloc/$f" ] || fail "the installed package has no $f (the torch adapter's source)"
 done
 

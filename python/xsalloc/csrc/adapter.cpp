@@ -1,87 +1,50 @@
 /*
- * xsalloc as torch's CUDA allocator: c10::cuda::CUDACachingAllocator's
- * CUDAAllocator interface over xsalloc's C API (xsalloc/xsalloc.h,
- * xsalloc/pytorch.h), the one C++ file of the project.
+ * python/xsalloc/csrc/adapter: xsalloc as torch's CUDA allocator:
+ * c10::cuda::CUDACachingAllocator's CUDAAllocator interface over xsalloc's
+ * C API (xsalloc/xsalloc.h, xsalloc/pytorch.h), and install().
  *
- * Design: xsalloc.torch.use() compiles this file once as a torch C++
- * extension against the torch that is installed (cached by torch), links it
- * to the package's libxsalloc.so and calls install(), which makes an Adapter
+ * Design: xsalloc.torch.use() compiles csrc/ once as a torch C++ extension
+ * against the torch that is installed (cached by torch), links it to the
+ * package's libxsalloc.so and calls install(), which makes an Adapter
  * torch's allocator the way torch.cuda.memory.change_current_allocator does.
  * Every call goes straight to the C library; the adapter adds only what the
  * C core cannot hold: torch's own objects. Python stacks (GatheredContext)
- * for snapshots are kept here, by block address for live blocks and by
- * trace tag for recorded events (xsa_set_trace_tag marks the events of one
- * call), so memory_viz shows frames. Pool routing calls torch's std::function
- * filter through a C trampoline, and a MemPool's own allocator becomes
- * xsalloc's alloc/free pair over torch's allocator object. Calls other
- * than malloc/free (which keep the thread's CUDA context themselves,
- * xsa_ctx_*) keep the runtime's current device with a guard, since the
- * driver may make another device's primary context current.
+ * for snapshots are kept by contexts.cpp, and snapshot.cpp turns xsalloc's
+ * snapshots and history into torch's. Pool routing calls torch's
+ * std::function filter through a C trampoline, and a MemPool's own
+ * allocator becomes xsalloc's alloc/free pair over torch's allocator
+ * object. Calls other than malloc/free (which keep the thread's CUDA
+ * context themselves, xsa_ctx_*) keep the runtime's current device with a
+ * guard, since the driver may make another device's primary context
+ * current.
  */
 #include <pybind11/pybind11.h>
 
-#include <c10/core/Allocator.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
 #include <cstdio>
 #include <atomic>
-#include <deque>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
-#include "xsalloc/pytorch.h"
+#include "common.h"
+#include "contexts.h"
+#include "snapshot.h"
 
+namespace xsalloc_torch {
 namespace {
 
-namespace CCA = c10::cuda::CUDACachingAllocator;
-namespace CDA = c10::CachingDeviceAllocator;
-using Context = std::shared_ptr<c10::GatheredContext>;
 using Filter = std::function<bool(cudaStream_t)>;
-
-std::string last_error() { return xsa_last_error(); }
-
-// Errors are thrown with messages built as std::string, never through
-// TORCH_CHECK's stream formatting: torch's compiler on the H100 links part
-// of libstdc++ statically into extensions, and formatting a number through
-// that copy's locale crashed (SIGSEGV in codecvt, H100 device call 5).
-template <typename E = c10::Error>
-[[noreturn]] void fail(const std::string& msg) {
-  throw E(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "xsalloc: " + msg);
-}
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) fail(msg);
-}
-
-void check(const char* what, xsa_status st) {
-  if (st != XSA_SUCCESS) fail(std::string(what) + ": " + last_error());
-}
-
-xsa_mempool_id pool_id(c10::MempoolId_t id) { return {id.first, id.second}; }
-
-// Keeps the runtime's current device across a C call that names a device.
-struct KeepDevice {
-  int device = -1;
-  KeepDevice() { cudaGetDevice(&device); }
-  ~KeepDevice() {
-    if (device >= 0) cudaSetDevice(device);
-  }
-};
 
 void free_block(void* ptr);
 
@@ -361,64 +324,20 @@ class Adapter final : public CCA::CUDAAllocator {
       if (!fresh.count(b.ptr)) delta.ptrs_freed.push_back(b.ptr);  // allocated before and after
       delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, &free_block, c10::Device(c10::DeviceType::CUDA, device));
     }
-    forget_contexts(d.freed, d.n_freed);
+    contexts_.forget(d.freed, d.n_freed);
     xsa_restore_delta_free(&d);
     return delta;
   }
 
   // ---- history, snapshots, trackers ----
-  bool isHistoryEnabled() override { return recording_; }
+  bool isHistoryEnabled() override { return contexts_.recording(); }
   void recordHistory(bool enabled, CDA::CreateContextFn recorder, size_t max_entries, CDA::RecordContext when,
                      bool clear, const std::vector<std::string>& skip_actions) override {
     (void)clear;  // xsalloc starts a fresh ring whenever recording starts
-    std::lock_guard<std::mutex> g(ctx_mu_);
-    check("recordHistory", xsa_record_history(enabled, enabled ? std::max<size_t>(max_entries, 1) : 0));
-    recording_ = enabled;
-    recorder_ = enabled && when != CDA::RecordContext::NEVER ? recorder : nullptr;
-    when_ = enabled ? when : CDA::RecordContext::NEVER;
-    max_entries_ = std::max<size_t>(max_entries, 1);
-    skip_.clear();
-    for (auto& a : skip_actions) skip_.insert((int)CDA::parseTraceEntryAction(a));
-    if (enabled) tagged_.clear();
-    contexts_on_ = recorder_ != nullptr;
+    contexts_.record_history(enabled, recorder, max_entries, when, skip_actions);
   }
   CCA::SnapshotInfo snapshot(c10::MempoolId_t id, bool include_traces) override {
-    CCA::SnapshotInfo info;
-    int n = 0;
-    check("snapshot", xsa_device_count(&n));
-    info.device_traces.resize(n);
-    ClockMap clock = clock_map();
-    std::lock_guard<std::mutex> g(ctx_mu_);
-    for (int d = 0; d < n; d++) {
-      xsa_device_snapshot s;
-      check("snapshot", xsa_device_snapshot_take(d, &s));
-      for (size_t i = 0; i < s.n_segments; i++) {
-        const xsa_snap_segment& seg = s.segments[i];
-        if ((id.first || id.second) && (seg.pool_id.first != id.first || seg.pool_id.second != id.second)) continue;
-        info.segments.push_back(segment_info(d, seg, s.blocks));
-      }
-      if (include_traces)
-        for (size_t i = 0; i < s.n_history; i++) {
-          const xsa_history_entry& e = s.history[i];
-          if (e.action == XSA_ACT_RECORD_STREAM || skip_.count((int)action(e.action))) continue;
-          info.device_traces[d].push_back(trace_entry(d, e, tag_context(e), clock(e.time_ns)));
-        }
-      xsa_device_snapshot_free(&s);
-    }
-    xsa_settings set;
-    check("snapshot", xsa_get_settings(&set));
-    auto& c = info.config_metadata;
-    c.garbage_collection_threshold = set.garbage_collection_threshold;
-    c.max_split_size = set.max_split_size;
-    c.pinned_num_register_threads = 1;
-    c.expandable_segments = set.expandable_segments;
-    c.release_lock_on_malloc = false;
-    c.pinned_use_host_register = false;
-    c.graph_capture_record_stream_reuse = false;
-    c.last_allocator_settings = set.text ? set.text : "";
-    c.roundup_power2_divisions.assign(std::begin(set.roundup_power2_divisions),
-                                      std::end(set.roundup_power2_divisions));
-    return info;
+    return xsalloc_torch::snapshot(id, include_traces, contexts_, clock_);
   }
   void attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) override {
     std::lock_guard<std::mutex> g(mu_);
@@ -482,18 +401,14 @@ class Adapter final : public CCA::CUDAAllocator {
 
  private:
   void* malloc_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
-    Context ctx = contexts_on_ ? gather() : nullptr;
-    uint64_t tag = ctx ? remember(ctx, when_ >= CDA::RecordContext::ALLOC) : 0;
+    uint64_t tag = 0;
+    Context ctx = contexts_.gather_for_malloc(&tag);
     void* p = nullptr;
     if (tag) xsa_set_trace_tag(tag);
     xsa_status st = xsa_ctx_malloc(&p, size, device, stream);
     if (tag) xsa_set_trace_tag(0);
     if (st == XSA_SUCCESS) {
-      if (ctx) {
-        std::lock_guard<std::mutex> g(ctx_mu_);
-        live_[p] = ctx;
-        has_live_ = true;
-      }
+      if (ctx) contexts_.keep_live(p, std::move(ctx));
       return p;
     }
     if (pool_alloc_error) std::rethrow_exception(std::exchange(pool_alloc_error, nullptr));
@@ -521,137 +436,11 @@ class Adapter final : public CCA::CUDAAllocator {
     throw c10::OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, why);
   }
 
-  Context gather() {
-    CDA::CreateContextFn recorder = recorder_;
-    return recorder ? recorder() : nullptr;
-  }
-
-  // A tag for the events of one call; its context is kept for the trace
-  // (in_trace) as long as the ring can still hold them.
-  uint64_t remember(const Context& ctx, bool in_trace) {
-    std::lock_guard<std::mutex> g(ctx_mu_);
-    uint64_t tag = ++last_tag_;
-    if (in_trace) {
-      tagged_.emplace_back(tag, ctx);
-      if (tagged_.size() > max_entries_) tagged_.pop_front();
-    }
-    return tag;
-  }
-
-  // Forgets ptr's context; true when the free's events are tagged with the
-  // freeing stack (the caller then clears the tag).
-  bool forget_context(void* ptr) {
-    if (!contexts_on_ && !has_live_) return false;
-    {
-      std::lock_guard<std::mutex> g(ctx_mu_);
-      live_.erase(ptr);
-      has_live_ = !live_.empty();
-    }
-    Context ctx = contexts_on_ && when_ == CDA::RecordContext::ALL ? gather() : nullptr;
-    if (ctx) xsa_set_trace_tag(remember(ctx, true));
-    return ctx != nullptr;
-  }
-
-  // Forgets the contexts of blocks a checkpoint's restore freed.
-  void forget_contexts(void* const* ptrs, size_t n) {
-    if (!has_live_) return;
-    std::lock_guard<std::mutex> g(ctx_mu_);
-    for (size_t i = 0; i < n; i++) live_.erase(ptrs[i]);
-    has_live_ = !live_.empty();
-  }
-
   xsa_status free_tagged(void* ptr) {
-    bool tagged = forget_context(ptr);
+    bool tagged = contexts_.forget(ptr);
     xsa_status st = xsa_ctx_free(ptr);
     if (tagged) xsa_set_trace_tag(0);  // later events of this thread are not this free's
     return st;
-  }
-
-  Context tag_context(const xsa_history_entry& e) const {
-    if (!e.tag) return nullptr;
-    auto at = std::lower_bound(tagged_.begin(), tagged_.end(), e.tag,
-                               [](const std::pair<uint64_t, Context>& t, uint64_t tag) { return t.first < tag; });
-    return at != tagged_.end() && at->first == e.tag ? at->second : nullptr;
-  }
-
-  static CDA::TraceEntry::Action action(xsa_action a) {
-    switch (a) {
-      case XSA_ACT_ALLOC: return CDA::TraceEntry::ALLOC;
-      case XSA_ACT_FREE_REQUESTED: return CDA::TraceEntry::FREE_REQUESTED;
-      case XSA_ACT_FREE_COMPLETED: return CDA::TraceEntry::FREE_COMPLETED;
-      case XSA_ACT_SEGMENT_ALLOC: return CDA::TraceEntry::SEGMENT_ALLOC;
-      case XSA_ACT_SEGMENT_FREE: return CDA::TraceEntry::SEGMENT_FREE;
-      case XSA_ACT_SEGMENT_MAP: return CDA::TraceEntry::SEGMENT_MAP;
-      case XSA_ACT_SEGMENT_UNMAP: return CDA::TraceEntry::SEGMENT_UNMAP;
-      default: return CDA::TraceEntry::OOM;
-    }
-  }
-
-  static uint64_t monotonic_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
-  }
-
-  // torch stamps events with its approximate clock (the TSC) and converts
-  // them itself; xsalloc stamps CLOCK_MONOTONIC: map one onto the other
-  // with the rate between install() and now.
-  struct ClockMap {
-    uint64_t mono_now;
-    c10::approx_time_t approx_now;
-    double approx_per_ns;
-    c10::approx_time_t operator()(uint64_t mono) const {
-      return approx_now - (c10::approx_time_t)((double)(mono_now - std::min(mono, mono_now)) * approx_per_ns);
-    }
-  };
-  ClockMap clock_map() const {
-    ClockMap m{monotonic_ns(), c10::getApproximateTime(), 1.0};
-    if (m.mono_now > mono_at_install_)
-      m.approx_per_ns = (double)(m.approx_now - approx_at_install_) / (double)(m.mono_now - mono_at_install_);
-    return m;
-  }
-
-  static CDA::TraceEntry trace_entry(int device, const xsa_history_entry& e, Context ctx, c10::approx_time_t when) {
-    return CDA::TraceEntry(action(e.action), device, e.addr, e.size, e.stream, {0, 0}, when, std::move(ctx));
-  }
-
-  CDA::SegmentInfo segment_info(int device, const xsa_snap_segment& s, const xsa_snap_block* blocks) const {
-    CDA::SegmentInfo si;
-    si.device = device;
-    si.address = s.addr, si.total_size = s.total_size, si.requested_size = s.requested_size;
-    si.allocated_size = s.allocated_size, si.active_size = s.active_size;
-    si.stream = s.stream, si.is_large = s.large, si.is_expandable = s.expandable;
-    si.owner_private_pool_id = {s.pool_id.first, s.pool_id.second};
-    for (size_t i = 0; i < s.n_blocks; i++) {
-      const xsa_snap_block& b = blocks[s.first_block + i];
-      CDA::BlockInfo bi;
-      bi.size = b.size, bi.requested_size = b.requested;
-      bi.allocated = b.state == XSA_SNAP_ALLOCATED, bi.active = b.state != XSA_SNAP_INACTIVE;
-      auto at = live_.find(reinterpret_cast<void*>(b.addr));
-      if (bi.active && at != live_.end()) bi.context_when_allocated = at->second;
-      si.blocks.push_back(std::move(bi));
-    }
-    return si;
-  }
-
-  template <typename F>
-  void each_segment(c10::DeviceIndex device, F f) {
-    xsa_device_snapshot s;
-    check("snapshot", xsa_device_snapshot_take(device, &s));
-    for (size_t i = 0; i < s.n_segments; i++) f(s.segments[i], s);
-    xsa_device_snapshot_free(&s);
-  }
-
-  std::vector<std::pair<void*, size_t>> live_blocks(c10::DeviceIndex device, c10::MempoolId_t id) {
-    std::vector<std::pair<void*, size_t>> out;
-    each_segment(device, [&](const xsa_snap_segment& seg, const xsa_device_snapshot& s) {
-      if (seg.pool_id.first != id.first || seg.pool_id.second != id.second) return;
-      for (size_t i = 0; i < seg.n_blocks; i++) {
-        const xsa_snap_block& b = s.blocks[seg.first_block + i];
-        if (b.state == XSA_SNAP_ALLOCATED) out.emplace_back(reinterpret_cast<void*>(b.addr), b.size);
-      }
-    });
-    return out;
   }
 
   static void on_trace(int device, const xsa_history_entry* e, void* user) {
@@ -669,19 +458,9 @@ class Adapter final : public CCA::CUDAAllocator {
   std::mutex filters_mu_;
   std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, std::unique_ptr<Filter>> filters_;
 
-  std::mutex ctx_mu_;  // what follows, but the atomics
-  std::atomic<bool> recording_{false}, contexts_on_{false}, has_live_{false};
-  std::atomic<CDA::CreateContextFn> recorder_{nullptr};
-  std::atomic<CDA::RecordContext> when_{CDA::RecordContext::NEVER};
-  size_t max_entries_ = 1;
-  uint64_t last_tag_ = 0;
-  std::deque<std::pair<uint64_t, Context>> tagged_;  // tags in increasing order
-  std::unordered_map<void*, Context> live_;
-  std::unordered_set<int> skip_;  // TraceEntry::Action values
-  const uint64_t mono_at_install_ = monotonic_ns();
-  const c10::approx_time_t approx_at_install_ = c10::getApproximateTime();
+  Contexts contexts_;
+  const Clock clock_;
 
-  friend void free_block(void* ptr);
 };
 
 std::shared_ptr<Adapter> the_adapter;
@@ -708,8 +487,9 @@ void install() {
 }
 
 }  // namespace
+}  // namespace xsalloc_torch
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "xsalloc as torch's CUDA allocator (CUDAAllocator over libxsalloc.so)";
-  m.def("install", &install, "make xsalloc torch's CUDA allocator; before CUDA is initialised");
+  m.def("install", &xsalloc_torch::install, "make xsalloc torch's CUDA allocator; before CUDA is initialised");
 }
