@@ -82,6 +82,7 @@ bool xsa_mempool_add_route(xsa_pool *p, xsa_mempool *mp, xsa_stream_filter filte
     }
     p->routes[p->n_routes++] = (xsa_route){mp, filter, ctx, capture};
     if (capture) p->capturing++;
+    mp->replayed |= capture;
     return true;
 }
 
@@ -104,6 +105,7 @@ static bool keep_by(xsa_mempool *q, xsa_mempool *mp) {
     }
     q->kept[q->n_kept++] = mp;
     mp->holds++;
+    mp->replayed = true; /* q's graph writes its memory */
     return true;
 }
 

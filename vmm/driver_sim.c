@@ -610,6 +610,18 @@ static xsa_cu_result mem_free(xsa_devptr ptr) {
     return XSA_CU_SUCCESS;
 }
 
+/* cuCtxSynchronize: a global-mode capture under way refuses it and is
+ * invalidated, as cuMemFree; otherwise every stream's work completes (the
+ * simulator does not keep streams apart by device: waiting for more work
+ * than the device's is harmless to the checks). */
+static xsa_cu_result ctx_synchronize(int device) {
+    if (device < 0 || device >= S.cfg.devices) return XSA_CU_ERROR_INVALID_DEVICE;
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuCtxSynchronize");
+    if (r != XSA_CU_SUCCESS) return r;
+    xsa_sim_tl_synchronize_all();
+    return XSA_CU_SUCCESS;
+}
+
 /* ---- error strings ------------------------------------------------------ */
 
 static const char *error_string(xsa_cu_result r) {
@@ -684,6 +696,7 @@ static xsa_cu_result sim_graph_exec_destroy(xsa_graph_exec e) { GUARDED(graph_ex
 static xsa_cu_result sim_graph_destroy(xsa_graph g) { GUARDED(graph_destroy, xsa_sim_cap_graph_destroy(g)); }
 static xsa_cu_result sim_thread_exchange_capture_mode(int *m) { GUARDED(thread_exchange_capture_mode, xsa_sim_cap_exchange_mode(m)); }
 /* The real system call: exported handles are memfds another process can take. */
+static xsa_cu_result sim_ctx_synchronize(int d) { GUARDED(ctx_synchronize, ctx_synchronize(d)); }
 static xsa_cu_result sim_process_get_fds(int pid, const int *f, int n, int *o) { GUARDED(process_get_fds, xsa_driver_process_get_fds(pid, f, n, o)); }
 
 static xsa_driver sim_table = {
@@ -727,6 +740,7 @@ static xsa_driver sim_table = {
     .graph_destroy = sim_graph_destroy,
     .thread_exchange_capture_mode = sim_thread_exchange_capture_mode,
     .process_get_fds = sim_process_get_fds,
+    .ctx_synchronize = sim_ctx_synchronize,
     .error_string = error_string,
 };
 

@@ -187,6 +187,7 @@ sim_alloc *xsa_sim_alloc_holding(uintptr_t p, size_t size);
 /* sim_timeline.c: the stream and event entry points ... */
 xsa_cu_result xsa_sim_tl_stream_query(xsa_stream stream);
 xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream);
+void xsa_sim_tl_synchronize_all(void);
 xsa_cu_result xsa_sim_tl_event_create(xsa_event *event, int device);
 xsa_cu_result xsa_sim_tl_event_record(xsa_event event, xsa_stream stream);
 xsa_cu_result xsa_sim_tl_event_query(xsa_event event);
