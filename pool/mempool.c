@@ -81,6 +81,7 @@ bool xsa_mempool_add_route(xsa_pool *p, xsa_mempool *mp, xsa_stream_filter filte
     if (!XSA_GROW_FOR_ONE(p->routes, p->n_routes, p->cap_routes, 4)) return false;
     p->routes[p->n_routes++] = (xsa_route){mp, filter, ctx, capture};
     if (capture) p->capturing++;
+    mp->replayed |= capture;
     return true;
 }
 
@@ -97,6 +98,7 @@ static bool keep_by(xsa_mempool *q, xsa_mempool *mp) {
     if (!XSA_GROW_FOR_ONE(q->kept, q->n_kept, q->cap_kept, 4)) return false;
     q->kept[q->n_kept++] = mp;
     mp->holds++;
+    mp->replayed = true; /* q's graph writes its memory */
     return true;
 }
 

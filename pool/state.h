@@ -52,6 +52,10 @@ typedef struct xsa_mempool {
     xsa_mempool_id id;
     int use_count;             /* creates and begins, less releases; 0: released (global: always 1) */
     int holds;                 /* pools in use that keep this released one's memory (`kept`) */
+    /* A captured graph may use its memory at replays, which run on any
+     * stream, ones the pool never sees too: it gives memory back only after
+     * a device-wide wait (release.c), which clears the flag. */
+    bool replayed;
     size_t segments;           /* its segments */
     /* Its own allocator (alloc NULL: the device's memory) and PyTorch's
      * MemPool flags (pool/own_allocator.c). */

@@ -111,6 +111,19 @@ static xsa_cu_result sim_mem_set_access(xsa_devptr p, size_t s, const int *d, in
 static xsa_cu_result sim_mem_export_fd(int *fd, xsa_mem_handle h) { GUARDED(mem_export_fd, xsa_sim_handle_export(fd, h)); }
 static xsa_cu_result sim_mem_alloc(xsa_devptr *p, size_t s, int d) { GUARDED(mem_alloc, xsa_sim_mem_alloc(p, s, d)); }
 static xsa_cu_result sim_mem_free(xsa_devptr p) { GUARDED(mem_free, xsa_sim_mem_free(p)); }
+
+/* cuCtxSynchronize: a global-mode capture under way refuses it and is
+ * invalidated, as cuMemFree; otherwise every stream's work completes (the
+ * simulator does not keep streams apart by device: waiting for more work
+ * than the device's is harmless to the checks). */
+static xsa_cu_result ctx_synchronize(int device) {
+    if (!xsa_sim_device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuCtxSynchronize");
+    if (r != XSA_CU_SUCCESS) return r;
+    xsa_sim_tl_synchronize_all();
+    return XSA_CU_SUCCESS;
+}
+static xsa_cu_result sim_ctx_synchronize(int d) { GUARDED(ctx_synchronize, ctx_synchronize(d)); }
 static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, xsa_sim_cap_stream_query(s)); }
 static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, xsa_sim_cap_stream_synchronize(s)); }
 static xsa_cu_result sim_event_create(xsa_event *e, int d) { GUARDED(event_create, xsa_sim_tl_event_create(e, d)); }
@@ -173,6 +186,7 @@ static xsa_driver sim_table = {
     .graph_destroy = sim_graph_destroy,
     .thread_exchange_capture_mode = sim_thread_exchange_capture_mode,
     .process_get_fds = sim_process_get_fds,
+    .ctx_synchronize = sim_ctx_synchronize,
     .error_string = error_string,
 };
 

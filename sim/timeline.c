@@ -148,6 +148,20 @@ xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream) {
     return XSA_CU_SUCCESS;
 }
 
+/* Timeline: the CPU waits for every stream's last work (manual mode:
+ * completed at once). */
+void xsa_sim_tl_synchronize_all(void) {
+    uint64_t last = 0;
+    for (size_t i = 0; i < S.streams.n; i++) {
+        sim_stream *st = &S.streams.v[i];
+        if (!has_pending(st)) continue;
+        uint64_t t = tail_time(st);
+        if (t == SIM_NEVER) complete_stream(st);
+        else if (t > last) last = t;
+    }
+    if (last) advance_to(last);
+}
+
 xsa_cu_result xsa_sim_tl_event_create(xsa_event *event, int device) {
     if (!event) return XSA_CU_ERROR_INVALID_VALUE;
     if (device < 0 || device >= S.cfg.devices) return XSA_CU_ERROR_INVALID_DEVICE;

@@ -14,6 +14,8 @@
 /* The stream and event entry points (through capture.c) ... */
 xsa_cu_result xsa_sim_tl_stream_query(xsa_stream stream);
 xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream);
+/* The CPU waits for every stream's last work. */
+void xsa_sim_tl_synchronize_all(void);
 xsa_cu_result xsa_sim_tl_event_create(xsa_event *event, int device);
 xsa_cu_result xsa_sim_tl_event_record(xsa_event event, xsa_stream stream);
 xsa_cu_result xsa_sim_tl_event_query(xsa_event event);

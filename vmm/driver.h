@@ -98,7 +98,7 @@ enum {
     X(stream_end_capture) X(stream_get_capture_info)                          \
     X(graph_node_get_dependencies) X(graph_instantiate) X(graph_launch)       \
     X(graph_exec_destroy) X(graph_destroy) X(thread_exchange_capture_mode)   \
-    X(process_get_fds)
+    X(process_get_fds) X(ctx_synchronize)
 
 typedef enum {
 #define XSA_DRV_ENUM(name) XSA_DRV_##name,
@@ -197,6 +197,10 @@ typedef struct xsa_driver {
      * process has no such fd), NOT_SUPPORTED (ENOSYS: the kernel is older),
      * OUT_OF_MEMORY (no fd left, EMFILE/ENFILE/ENOMEM), UNKNOWN otherwise. */
     xsa_cu_result (*process_get_fds)(int pid, const int *fds, int n, int *out);
+    /* cuCtxSynchronize on the device's primary context: waits for all of
+     * the device's work, on every stream (a graph's replays run on streams
+     * the allocator never sees). Refused during a global-mode capture. */
+    xsa_cu_result (*ctx_synchronize)(int device);
     /* Never fails: unknown codes give a generic text. */
     const char *(*error_string)(xsa_cu_result result);
 

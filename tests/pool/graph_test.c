@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -587,6 +588,83 @@ static void test_pool_released_with_live_block_freed_in_next_capture(void **stat
     run_both(reset_recapture);
 }
 
+/* PyTorch's test_repeat_graph_capture_cublas_workspace_memory: each round
+ * captures on the capture stream S1 into a new pool, whose temporaries are
+ * freed inside the capture, and replays on the caller's stream S2; the
+ * next round's CUDAGraph() destroys the graph and releases its pool while
+ * that replay may still run (on the H100, under load, an illegal address).
+ * S2 is no stream of the pool's: the pool's memory may go back only once
+ * every stream is past the replays, so the release waits for the device. */
+static void release_while_replaying_elsewhere(bool expandable) {
+    xsa_pool *p = make_pool(256 * MiB, expandable, recycling_at_once);
+    for (uint64_t round = 1; round <= 4; round++) {
+        const xsa_mempool_id g = {round, 0};
+        warm_up(p, g, expandable);
+        assert_int_equal(XSA_DRV(drv, stream_begin_capture, S1), XSA_CU_SUCCESS);
+        pool_begin(p, g, S1, true);
+        void *workspace = alloc(p, 4 * MiB, S1), *out = alloc(p, 4 * MiB, S1);
+        launch(S1, workspace, 4 * MiB);
+        launch(S1, out, 4 * MiB);
+        release(p, out);
+        release(p, workspace);
+        xsa_graph graph = NULL;
+        xsa_graph_exec exec = NULL;
+        assert_int_equal(XSA_DRV(drv, stream_end_capture, S1, &graph), XSA_CU_SUCCESS);
+        pool_end(p, g);
+        assert_int_equal(XSA_DRV(drv, graph_instantiate, &exec, graph), XSA_CU_SUCCESS);
+        assert_int_equal(XSA_DRV(drv, graph_launch, exec, S2), XSA_CU_SUCCESS); /* still running */
+        destroy_graph(exec, graph);
+        pool_drop(p, g);
+        if (!expandable) pool_drop(p, g); /* the warm-up's use */
+        CHECK(p);
+        assert_int_equal(held_by(p, g), 0);
+        xsa_sim_violations v;
+        xsa_sim_get_violations(&v);
+        if (v.unmapped_in_use || v.bad_launches || v.races || v.failed_captures)
+            fail_msg("round %d: %s", (int)round, v.first);
+    }
+    xsa_sim_complete_all();
+    teardown(p);
+}
+
+static void test_pool_released_while_a_replay_runs_on_another_stream(void **state) {
+    (void)state;
+    run_both(release_while_replaying_elsewhere);
+}
+
+/* The device-wide wait refused: the release reports it and gives nothing
+ * back (the replay may still run); empty_cache later waits and does. */
+static void release_wait_refused(bool expandable) {
+    xsa_pool *p = make_pool(256 * MiB, expandable, NULL);
+    warm_up(p, G1, expandable);
+    pool_begin(p, G1, S1, true);
+    void *a = alloc(p, 4 * MiB, S1);
+    launch(S1, a, 4 * MiB);
+    release(p, a);
+    pool_end(p, G1);
+    if (!expandable) pool_drop(p, G1);
+    size_t held = held_by(p, G1);
+    assert_true(held > 0);
+    xsa_sim_fail_call(XSA_DRV_ctx_synchronize, 1, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_pool_mempool_release(p, G1, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    assert_non_null(strstr(err, "cuCtxSynchronize"));
+    CHECK(p);
+    assert_int_equal(held_by(p, G1), held);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(held_by(p, G1), 0);
+    assert_false(xsa_pool_mempool_exists(p, G1, NULL));
+    xsa_sim_violations v;
+    xsa_sim_get_violations(&v);
+    if (v.unmapped_in_use) fail_msg("%s", v.first);
+    teardown(p);
+}
+
+static void test_refused_device_wait_keeps_the_pool(void **state) {
+    (void)state;
+    run_both(release_wait_refused);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routing_by_filter),
@@ -600,6 +678,8 @@ int main(void) {
         cmocka_unit_test(test_captured_graph_replays_over_its_pool),
         cmocka_unit_test(test_release_of_empty_pool_returns_memory),
         cmocka_unit_test(test_pool_released_with_live_block_freed_in_next_capture),
+        cmocka_unit_test(test_pool_released_while_a_replay_runs_on_another_stream),
+        cmocka_unit_test(test_refused_device_wait_keeps_the_pool),
         cmocka_unit_test(test_capture_in_classic_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -83,12 +83,14 @@ static void *loop(void *arg) {
 
 #define LOOKUP(var, name) ((*(void **)&var = dlsym(lib, name)) != NULL)
 
-/* Starts the thread; 0, or -1 if libcuda or a symbol is missing, or the pthread error. */
+/* Starts the thread; 0, or -1 if libcuda or a symbol is missing, or the
+ * pthread error. Symbols are the driver's exported names (cuEventRecord has
+ * no _v2; cuEventDestroy does). */
 int helper_start(int mode, void *ctx, void *stream, int device, unsigned long long base, size_t page, int pages) {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* the process's: torch loaded it */
     if (!lib || !(LOOKUP(ctx_set, "cuCtxSetCurrent") && LOOKUP(create, "cuMemCreate") && LOOKUP(map, "cuMemMap") &&
           LOOKUP(set_access, "cuMemSetAccess") && LOOKUP(unmap, "cuMemUnmap") && LOOKUP(release, "cuMemRelease") &&
-          LOOKUP(ev_create, "cuEventCreate") && LOOKUP(ev_record, "cuEventRecord_v2") &&
+          LOOKUP(ev_create, "cuEventCreate") && LOOKUP(ev_record, "cuEventRecord") &&
           LOOKUP(ev_query, "cuEventQuery") && LOOKUP(ev_destroy, "cuEventDestroy_v2")))
         return -1;
     h.mode = mode;
