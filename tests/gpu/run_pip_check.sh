@@ -17,7 +17,7 @@ trap 'rm -rf "$venv" build python/xsalloc.egg-info' EXIT
 "$venv/bin/python" -m pip install -q --no-index --no-build-isolation . 2>&1 | tail -5
 cd /tmp  # away from the source tree: the installed package must be the one found
 "$venv/bin/python" -c "import xsalloc, os; print('installed at', os.path.dirname(xsalloc.__file__)); print(xsalloc.memory_summary(0).splitlines()[-1])"
-script=$OLDPWD/tests/gpu/tiny_train.py
+script=$OLDPWD/tests/gpu/checks/tiny_train.py
 "$PY" "$script" > plain.txt
 PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64 "$venv/bin/python" -m xsalloc.run "$script" > xs.txt
 cat xs.txt | tail -4
