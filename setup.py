@@ -23,6 +23,8 @@ from setuptools.command.build_py import build_py
 from setuptools.errors import CompileError, LinkError
 
 LTO = "-flto=auto"
+# The public headers the torch adapter is compiled with (include/xsalloc/).
+PUBLIC_HEADERS = ("xsalloc.h", "types.h", "pytorch.h")
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME") or "/usr/local/cuda", "include")
 
 
@@ -54,16 +56,16 @@ class BuildPackage(build_py):
 
     def run(self):
         super().run()
-        include = os.path.join(self.build_lib, "xsalloc", "include", "api")
+        include = os.path.join(self.build_lib, "xsalloc", "include", "xsalloc")
         os.makedirs(include, exist_ok=True)
-        for header in ("api/xsalloc.h", "api/pytorch.h"):
-            shutil.copy(header, include)
+        for header in PUBLIC_HEADERS:
+            shutil.copy(os.path.join("include", "xsalloc", header), include)
 
 
 library = Extension(
     "xsalloc.libxsalloc",
-    sources=sorted(glob.glob("api/*.c") + glob.glob("pool/*.c") + glob.glob("vmm/*.c")),
-    include_dirs=[".", CUDA_INCLUDE],
+    sources=sorted(f for layer in ("vmm", "sim", "pool", "api") for f in glob.glob(f"{layer}/*.c")),
+    include_dirs=[".", "include", CUDA_INCLUDE],
     # -fvisibility=hidden: only the XSA_API functions are exported, and the
     # calls inside stay direct; link-time optimisation across the files.
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-O2", LTO, "-fvisibility=hidden", "-Wall", "-Wextra"],
@@ -71,5 +73,5 @@ library = Extension(
     libraries=["dl", "pthread"],
 )
 
-setup(package_dir={"": "python"}, packages=["xsalloc"], package_data={"xsalloc": ["torch_adapter.cpp"]},
+setup(package_dir={"": "python"}, packages=["xsalloc"], package_data={"xsalloc": ["csrc/*.cpp", "csrc/*.h"]},
       ext_modules=[library], cmdclass={"build_ext": BuildLibrary, "build_py": BuildPackage})

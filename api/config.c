@@ -621,7 +621,7 @@ const char *xsa_config_env(const char **text) {
     "expandable_handle_mb, max_split_size_mb, "                                                            \
     "max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, "                  \
     "per_process_memory_fraction, backend, or a "                                                          \
-    "PyTorch compatibility key listed in api/CONFIG.md"
+    "PyTorch compatibility key listed in docs/configuration.md"
 
 _Static_assert(K_COUNT <= 64, "xsa_config.given has a bit per key");
 

@@ -5,7 +5,7 @@
  * PyTorch's PYTORCH_CUDA_ALLOC_CONF: comma-separated `key:value` items, e.g.
  *   "max_split_size_mb:512, roundup_power2_divisions:[256:1,512:2,>:8]"
  * The grammar, every key, and what is accepted, ignored or rejected are
- * documented at the top of config.c and in api/CONFIG.md.
+ * documented at the top of config.c and in docs/configuration.md.
  *
  * Without a string, the settings come from the first of XSALLOC_CONF,
  * PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF that is set (xsa_config_env),

@@ -4,7 +4,7 @@
  * Design: every xsa_malloc and xsa_free takes its device's lock once, so its
  * uncontended cost is part of the hot path: one compare-and-swap to take it
  * and a plain release store to give it back (an atomic exchange there cost
- * about 7 ns a call on the H100 host, benchmarks/RESULTS.md). A pool may
+ * about 7 ns a call on the H100 host, docs/results-log.md). A pool may
  * hold it across driver calls (microseconds to milliseconds), so a waiter
  * spins briefly, then counts itself in `sleepers` and sleeps on a futex; a
  * release that sees a sleeper wakes one. With no fence between the release

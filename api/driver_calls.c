@@ -10,10 +10,10 @@
  */
 #include <stdio.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
-#include "api/xsalloc.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
 /* The initialised library's driver, or initialisation's error. */
 static xsa_status driver(xsa_driver **d) {

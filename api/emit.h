@@ -41,10 +41,8 @@ struct xsa_emitter {
     bool after_key;                          /* JSON: the next value follows a key */
 };
 
+/* The JSON format; the pickle one is api/pickle.h's. */
 void xsa_emit_json(xsa_emitter *e);
-/* Pickle protocol 4 (without frames), with only the opcodes that both
- * Python's unpickler and PyTorch's memory_viz page read. */
-void xsa_emit_pickle(xsa_emitter *e);
 
 /* Appends bytes (used by the formats). */
 void xsa_emit_bytes(xsa_emitter *e, const void *bytes, size_t n);

@@ -5,7 +5,7 @@
 #ifndef XSA_API_ERRORS_H
 #define XSA_API_ERRORS_H
 
-#include "api/xsalloc.h"
+#include "xsalloc/xsalloc.h"
 
 #define XSA_ERROR_MAX 2048
 

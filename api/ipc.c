@@ -1,6 +1,6 @@
 /*
  * api/ipc: importing exported blocks and opening shares, and sending
- * handles over Unix sockets (protocol and lifetime rules in api/xsalloc.h).
+ * handles over Unix sockets (protocol and lifetime rules in xsalloc/xsalloc.h).
  *
  * Design: an import claims the handle first (state EXPORTED -> IMPORTED on
  * the shared word, so a handle imports once and a stale one is refused
@@ -27,6 +27,7 @@
  * next chunk's data on a stream socket, and it replaces the fd fields.
  */
 #include "api/ipc.h"
+#include "api/ipc_share.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -36,11 +37,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
-#include "api/xsalloc.h"
 #include "pool/ipc_state.h"
+#include "pool/peer.h"
 #include "vmm/segment.h"
+#include "xsalloc/xsalloc.h"
 
 #define FDS_PER_MSG 250 /* below the kernel's SCM_MAX_FD (253) */
 #define ALL_FDS (XSA_IPC_MAX_PAGES + 1)

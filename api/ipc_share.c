@@ -20,9 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
-#include "api/ipc.h"
+#include "api/ipc_share.h"
 #include "vmm/share.h"
 
 #define SHARE_MAGIC 0x73617378u /* "xsas" */

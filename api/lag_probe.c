@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "vmm/driver_cuda.h"
 
 #define NONE (-1)
 #define BUCKETS 65 /* bucket 0: distance 0; bucket k: [2^(k-1), 2^k) */

@@ -1,6 +1,6 @@
 /*
  * api/lag_probe: how far the GPU runs behind the CPU in a real program,
- * counted in allocator calls: XSALLOC_LAG_PROBE=FILE (api/CONFIG.md).
+ * counted in allocator calls: XSALLOC_LAG_PROBE=FILE (docs/configuration.md).
  * Internal to api/ (and tests); the file is the interface.
  */
 #ifndef XSA_API_LAG_PROBE_H
@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "api/xsalloc.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
 #define XSA_LAG_PROBE_EVERY 16     /* every 16th call records a probe */
 #define XSA_LAG_PROBE_SLOTS 64     /* pending probes (events) at most */

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
-#include "pool/block.h"
+#include "pool/trace.h"
 
 typedef struct ring {
     xsa_history_entry *entries; /* [cap], taken at the first event */
@@ -166,11 +166,6 @@ static void on_event(void *ctx, const xsa_obs_event *e) {
     if (obs.n_hooks > 0) call_hooks(e);
 }
 
-void xsa_observe_attach(xsa_pool *pool) {
-    bool on = obs.recording || obs.n_hooks > 0 || obs.trace_fn;
-    xsa_pool_set_observer(pool, on ? on_event : NULL, NULL);
-}
-
 void xsa_observe_shutdown(void) {
     clear_rings();
     memset(&obs, 0, sizeof obs);
@@ -183,12 +178,12 @@ static xsa_status lock_all(const char *fn, xsa_pool **pools, int *n) {
     return st;
 }
 
-/* Re-attaches every existing pool and unlocks every device. */
-static void unlock_all(xsa_pool **pools, int n) {
-    for (int d = 0; d < n; d++) {
-        if (pools[d]) xsa_observe_attach(pools[d]);
-        xsa_api_unlock(d);
-    }
+/* Gives every pool the observer the settings now call for (none when
+ * nothing is recorded or hooked) and unlocks every device. */
+static void unlock_all(int n) {
+    bool on = obs.recording || obs.n_hooks > 0 || obs.trace_fn;
+    xsa_devices_set_observer(on ? on_event : NULL);
+    for (int d = 0; d < n; d++) xsa_api_unlock(d);
 }
 
 xsa_status xsa_record_history(int enabled, size_t max_entries) {
@@ -205,7 +200,7 @@ xsa_status xsa_record_history(int enabled, size_t max_entries) {
         obs.cap = max_entries;
     }
     obs.recording = enabled != 0;
-    unlock_all(pools, n);
+    unlock_all(n);
     return xsa_ok();
 }
 
@@ -221,7 +216,7 @@ xsa_status xsa_register_hooks(const xsa_memory_hooks *hooks, void *user, int *id
         obs.hooks[slot] = (hook_slot){.used = true, .hooks = *hooks, .user = user};
         obs.n_hooks++;
     }
-    unlock_all(pools, n);
+    unlock_all(n);
     if (slot == XSA_MAX_HOOKS)
         return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_register_hooks: %d hook sets are registered already", XSA_MAX_HOOKS);
     *id = slot;
@@ -238,7 +233,7 @@ xsa_status xsa_unregister_hooks(int id) {
         obs.hooks[id].used = false;
         obs.n_hooks--;
     }
-    unlock_all(pools, n);
+    unlock_all(n);
     if (!known) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_unregister_hooks(%d): no such hook set", id);
     return xsa_ok();
 }
@@ -250,6 +245,6 @@ xsa_status xsa_set_trace_callback(xsa_trace_fn fn, void *user) {
     if (st != XSA_SUCCESS) return st;
     obs.trace_fn = fn;
     obs.trace_user = fn ? user : NULL;
-    unlock_all(pools, n);
+    unlock_all(n);
     return xsa_ok();
 }

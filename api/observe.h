@@ -10,10 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/xsalloc.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
-/* xsa_action and xsa_history_entry are public (api/xsalloc.h). */
+/* xsa_action and xsa_history_entry are public (xsalloc/xsalloc.h). */
 
 /* PyTorch's name of an action ("alloc", "segment_map", ...); NULL for
  * record_stream, which PyTorch has not. */
@@ -22,5 +22,9 @@ const char *xsa_action_name(xsa_action a);
 /* Copies `device`'s ring, oldest first, into a malloc'd array (*out NULL
  * when empty). Call with the device's lock held. False if out of host memory. */
 bool xsa_history_copy(int device, xsa_history_entry **out, size_t *n);
+
+/* Forgets the rings, the hooks and the trace callback (xsa_shutdown, with
+ * no other call running). */
+void xsa_observe_shutdown(void);
 
 #endif

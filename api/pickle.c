@@ -9,7 +9,7 @@
  * batches of 1000 items as Python's pickler does (the viewer spreads a
  * batch into one call's arguments). Nothing is memoized.
  */
-#include "api/emit.h"
+#include "api/pickle.h"
 
 #include <string.h>
 

@@ -20,7 +20,7 @@
  *    what to do instead; the same value is accepted.
  * Nothing changes unless everything is accepted. The PyTorch keys xsalloc
  * accepts and ignores are validated as at initialisation and named on
- * stderr the first time each is given (api/CONFIG.md).
+ * stderr the first time each is given (docs/configuration.md).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -30,7 +30,7 @@
 
 #include "api/config.h"
 #include "api/errors.h"
-#include "api/internal.h"
+#include "api/devices.h"
 
 typedef enum { RESET, KEPT, FIXED } change_rule;
 
@@ -112,7 +112,7 @@ static void name_ignored(const char *ignored) {
     pthread_mutex_unlock(&lock);
     if (fresh[0])
         fprintf(stderr, "xsalloc: xsa_set_allocator_settings: ignoring %s (xsalloc cannot honour these PyTorch keys; "
-                        "api/CONFIG.md says why)\n", fresh);
+                        "docs/configuration.md says why)\n", fresh);
 }
 
 xsa_status xsa_set_allocator_settings(const char *conf) {

@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/devices.h"
 #include "api/emit.h"
 #include "api/errors.h"
-#include "api/internal.h"
 #include "api/observe.h"
+#include "api/pickle.h"
+#include "pool/snapshot.h"
 
 typedef struct device_copy {
     bool has_pool;

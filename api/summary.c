@@ -21,8 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
+#include "api/summary.h"
+#include "pool/snapshot.h"
+#include "pool/stats.h"
 
 #define WIDTH 75
 

@@ -18,9 +18,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "api/internal.h"
-#include "api/pytorch.h"
-#include "vmm/driver.h"
+#include "api/devices.h"
+#include "api/torch_call.h"
+#include "xsalloc/pytorch.h"
 
 typedef struct torch_route {
     int device;
@@ -65,34 +65,24 @@ void xsa_torch_begin_allocate_to_pool(int device, xsa_mempool_id id, const void 
     }
     *r = (torch_route){.device = device, .id = id};
     pthread_mutex_lock(&routes_lock);
-    xsa_cuda_ctx_watch();
-    xsa_status st = xsa_begin_allocate_to_pool(device, id, capturing_into, r);
-    xsa_cuda_ctx_restore();
+    xsa_status st = XSA_KEEPING_CONTEXT(xsa_begin_allocate_to_pool(device, id, capturing_into, r));
     if (st == XSA_SUCCESS) {
         r->next = routes;
         routes = r;
     }
     pthread_mutex_unlock(&routes_lock);
-    if (st != XSA_SUCCESS) {
-        free(r);
-        xsa_torch_report("xsa_torch_begin_allocate_to_pool", st);
-    }
+    if (xsa_torch_check("xsa_torch_begin_allocate_to_pool", st) != XSA_SUCCESS) free(r);
 }
 
 void xsa_torch_end_allocate_to_pool(int device, xsa_mempool_id id) {
     pthread_mutex_lock(&routes_lock);
-    xsa_cuda_ctx_watch();
-    xsa_status st = xsa_end_allocate_to_pool(device, id);
-    xsa_cuda_ctx_restore();
+    xsa_status st = XSA_KEEPING_CONTEXT(xsa_end_allocate_to_pool(device, id));
     /* The routing is over even when ending reported an error (xsalloc.h). */
     free(take_route(device, id));
     pthread_mutex_unlock(&routes_lock);
-    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_end_allocate_to_pool", st);
+    xsa_torch_check("xsa_torch_end_allocate_to_pool", st);
 }
 
 void xsa_torch_release_pool(int device, xsa_mempool_id id) {
-    xsa_cuda_ctx_watch();
-    xsa_status st = xsa_mempool_release(device, id);
-    xsa_cuda_ctx_restore();
-    if (st != XSA_SUCCESS) xsa_torch_report("xsa_torch_release_pool", st);
+    xsa_torch_check("xsa_torch_release_pool", XSA_KEEPING_CONTEXT(xsa_mempool_release(device, id)));
 }

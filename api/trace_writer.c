@@ -14,11 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "api/devices.h"
 #include "api/errors.h"
-#include "api/internal.h"
 #include "api/observe.h"
 
-/* The loader's bounds (benchmarks/trace.h). */
+/* The loader's bounds (trace/trace.h). */
 #define MAX_IDS ((uint32_t)1 << 26)
 #define MAX_STREAMS 256
 #define DEAD UINT32_MAX

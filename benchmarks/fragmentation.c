@@ -15,21 +15,21 @@
  *
  * Design: traces are found through Bazel's runfiles (they are `data` of this
  * binary) or the workspace (trace_files); each replay is a fresh xsalloc
- * instance (replay_lib), whose series CSV goes to a memory stream and is
+ * instance (trace/replay), whose series CSV goes to a memory stream and is
  * parsed back for the plot (svg_plot). GB = 1e9 bytes, as in the traces'
  * README.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "benchmarks/replay_lib.h"
+#include "benchmarks/cli.h"
 #include "benchmarks/svg_plot.h"
-#include "benchmarks/trace.h"
 #include "benchmarks/trace_files.h"
+#include "trace/replay.h"
+#include "trace/trace.h"
 
 #define GB 1e9
 #define N_MODES 3
@@ -189,7 +189,7 @@ static void print_row(const char *trace, int mode, const run *rn) {
 static void print_footer(void) {
     printf("\n(*) cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess; cuMemAlloc/cuMemFree, during the event loop at lag 0.\n");
     printf("(**) The simulated driver's estimate of the CPU time the loop's driver calls would take on an H100 with kernels\n"
-           "queued (vmm/sim_cost.c: by call, and by handle mapping for cuMemSetAccess and cuMemUnmap), at lag 0; '-' where\n"
+           "queued (sim/cost.c: by call, and by handle mapping for cuMemSetAccess and cuMemUnmap), at lag 0; '-' where\n"
            "cuMemAlloc/cuMemFree were called (not in the model) or on the cuda driver.\n");
     printf("\nPyTorch figures: PyTorch 2.11's caching allocator replaying the same traces on an H100 "
            "(benchmarks/traces/README.md).\ncudaMallocAsync ran the workloads themselves at ratio");
@@ -227,26 +227,16 @@ static int usage(void) {
 }
 
 static int parse_args(int argc, char **argv, options *o) {
-    for (int i = 1; i < argc; i++) {
-        const char **dst = strcmp(argv[i], "--driver") == 0    ? &o->driver
-                           : strcmp(argv[i], "--out") == 0     ? &o->out
-                           : strcmp(argv[i], "--traces") == 0  ? &o->traces
-                           : strcmp(argv[i], "--gpu-lag") == 0 ? &o->gpu_lag
-                                                               : NULL;
-        if (!dst || i + 1 == argc) return usage();
-        *dst = argv[++i];
+    const xsa_cli_option opts[] = {
+        {"--driver", &o->driver}, {"--out", &o->out}, {"--traces", &o->traces}, {"--gpu-lag", &o->gpu_lag},
+    };
+    if (xsa_cli_parse(argc, argv, opts, 4, NULL, 0, NULL) != XSA_CLI_OK) return usage();
+    long long lag = XSA_REPLAY_DEFAULT_GPU_LAG;
+    if (o->gpu_lag && !xsa_cli_count(o->gpu_lag, 1, INT64_MAX, &lag)) {
+        fprintf(stderr, "fragmentation: --gpu-lag is a number of trace events above 0 (lag 0 is always run)\n");
+        return usage();
     }
-    o->lag = XSA_REPLAY_DEFAULT_GPU_LAG;
-    if (o->gpu_lag) {
-        char *end;
-        errno = 0;
-        long long lag = strtoll(o->gpu_lag, &end, 10);
-        if (errno || end == o->gpu_lag || *end || lag <= 0) {
-            fprintf(stderr, "fragmentation: --gpu-lag is a number of trace events above 0 (lag 0 is always run)\n");
-            return usage();
-        }
-        o->lag = lag;
-    }
+    o->lag = lag;
     return 0;
 }
 
@@ -259,14 +249,11 @@ static void free_series(series *s) {
 /* Replays one trace in every mode, prints its rows and writes its SVG.
  * 0, or -1 if anything failed. */
 static int do_trace(const options *o, const char *dir, const char *file, const char *out_dir, int *header) {
-    char path[PATH_LEN], name[256], err[1024];
+    char path[PATH_LEN], name[256];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    xsa_trace_files_name(file, name, sizeof name);
+    xsa_trace_name(file, name, sizeof name);
     xsa_trace t;
-    if (xsa_trace_load(path, &t, err, sizeof err)) {
-        fprintf(stderr, "fragmentation: %s\n", err);
-        return -1;
-    }
+    if (xsa_cli_load_trace("fragmentation", path, &t)) return -1;
     run runs[N_MODES] = {0};
     int failed = 0;
     for (int m = 0; m < N_MODES; m++) {

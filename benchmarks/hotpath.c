@@ -33,10 +33,10 @@
 #include <string.h>
 
 #include "api/config.h"
-#include "api/pytorch.h"
-#include "api/xsalloc.h"
 #include "benchmarks/timing.h"
-#include "vmm/sim.h"
+#include "xsalloc/pytorch.h"
+#include "xsalloc/sim.h"
+#include "xsalloc/xsalloc.h"
 
 #define RUNS 7
 #define SLOTS 64
@@ -64,7 +64,7 @@ static void check(const char *call, xsa_status st) {
 
 /* One allocation or free through the entry points timed: xsalloc's C API
  * (device 0, the legacy default stream), or with torch set the ones
- * PyTorch's CUDAPluggableAllocator calls (api/pytorch.h), which also keep
+ * PyTorch's CUDAPluggableAllocator calls (xsalloc/pytorch.h), which also keep
  * the thread's current CUDA context. Inlined with torch a constant, so each
  * loop calls its entry points directly. */
 static inline __attribute__((always_inline)) void alloc_via(bool torch, void **p, size_t size) {

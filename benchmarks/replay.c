@@ -9,15 +9,15 @@
  * `bazel run` changes the working directory, so relative paths are resolved
  * against $BUILD_WORKING_DIRECTORY when it is set.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/config.h"
-#include "benchmarks/replay_lib.h"
+#include "benchmarks/cli.h"
 #include "benchmarks/timing.h"
-#include "benchmarks/trace.h"
+#include "trace/replay.h"
+#include "trace/trace.h"
 
 #define LONG_TRACE 100000 /* events from which progress is printed */
 
@@ -33,28 +33,22 @@ static int usage(const char *why) {
 }
 
 static int parse_args(int argc, char **argv, args *a) {
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i], **dst = NULL;
-        if (strcmp(s, "--driver") == 0) dst = &a->driver;
-        else if (strcmp(s, "--conf") == 0) dst = &a->conf;
-        else if (strcmp(s, "--series") == 0) dst = &a->series;
-        else if (strcmp(s, "--gpu-lag") == 0) dst = &a->gpu_lag;
-        else if (s[0] == '-' && s[1]) return usage("unknown option");
-        else if (a->trace) return usage("one TRACE only");
-        else a->trace = s;
-        if (dst && ++i >= argc) return usage("an option needs a value");
-        if (dst) *dst = argv[i];
+    const xsa_cli_option opts[] = {
+        {"--driver", &a->driver}, {"--conf", &a->conf}, {"--series", &a->series}, {"--gpu-lag", &a->gpu_lag},
+    };
+    int n = 0;
+    switch (xsa_cli_parse(argc, argv, opts, 4, &a->trace, 1, &n)) {
+    case XSA_CLI_OK: break;
+    case XSA_CLI_UNKNOWN: return usage("unknown option");
+    case XSA_CLI_NO_VALUE: return usage("an option needs a value");
+    case XSA_CLI_EXTRA: return usage("one TRACE only");
     }
-    if (!a->trace) return usage("TRACE is missing");
-    if (a->driver && strcmp(a->driver, "sim") && strcmp(a->driver, "cuda"))
-        return usage("--driver is sim or cuda");
-    if (a->gpu_lag) {
-        char *end;
-        errno = 0;
-        long long lag = strtoll(a->gpu_lag, &end, 10);
-        if (errno || end == a->gpu_lag || *end || lag < 0) return usage("--gpu-lag is a number of trace events, 0 or more");
-        a->lag = lag;
-    }
+    if (!n) return usage("TRACE is missing");
+    if (!xsa_cli_driver_ok(a->driver)) return usage("--driver is sim or cuda");
+    long long lag = 0;
+    if (a->gpu_lag && !xsa_cli_count(a->gpu_lag, 0, INT64_MAX, &lag))
+        return usage("--gpu-lag is a number of trace events, 0 or more");
+    a->lag = lag;
     return 0;
 }
 
@@ -64,20 +58,6 @@ static const char *resolve(const char *path, char *buf, size_t len) {
     if (!path || path[0] == '/' || !wd || !*wd) return path;
     snprintf(buf, len, "%s/%s", wd, path);
     return buf;
-}
-
-/* "dir/gpt2_varlen.trace.gz" -> "gpt2_varlen" */
-static void trace_name(const char *path, char *out, size_t len) {
-    const char *base = strrchr(path, '/');
-    snprintf(out, len, "%s", base ? base + 1 : path);
-    static const char *const exts[] = {".trace.gz", ".trace", ".gz"};
-    for (size_t i = 0; i < sizeof exts / sizeof *exts; i++) {
-        size_t n = strlen(out), e = strlen(exts[i]);
-        if (n > e && strcmp(out + n - e, exts[i]) == 0) {
-            out[n - e] = '\0';
-            return;
-        }
-    }
 }
 
 static void json_string(const char *s) {
@@ -132,10 +112,7 @@ static int run(const args *a, const char *trace_path, FILE *series) {
     char err[1024], name[256];
     xsa_trace t;
     double t0 = now_s();
-    if (xsa_trace_load(trace_path, &t, err, sizeof err)) {
-        fprintf(stderr, "replay: %s\n", err);
-        return 1;
-    }
+    if (xsa_cli_load_trace("replay", trace_path, &t)) return 1;
     int chatty = t.n_events >= LONG_TRACE;
     if (chatty)
         fprintf(stderr, "replay: %s: %zu events loaded in %.2f s, replaying...\n", trace_path,
@@ -151,7 +128,7 @@ static int run(const args *a, const char *trace_path, FILE *series) {
     if (chatty) fprintf(stderr, "replay: done in %.2f s\n", now_s() - t0);
     const char *env_conf;
     xsa_config_env(&env_conf); /* the variable xsalloc read its settings from */
-    trace_name(trace_path, name, sizeof name);
+    xsa_trace_name(trace_path, name, sizeof name);
     print_json(name, a->conf ? a->conf : env_conf ? env_conf : "", &r);
     return 0;
 }

@@ -7,7 +7,7 @@
  *   bazel run //benchmarks:soak -- [--driver sim|cuda] [--conf STR] [--passes N] [--gpu-lag N]
  *                                  [--out DIR] [--traces DIR]
  *
- * Design: one replay session (replay_lib) per trace: xsalloc is
+ * Design: one replay session (trace/replay) per trace: xsalloc is
  * initialised once, replays the trace --passes times (default 50; each
  * pass frees what the trace left live) and is shut down at the end. The
  * peak stats are reset between passes, so each pass's peaks are its own.
@@ -18,7 +18,6 @@
  * (XSA_REPLAY_DEFAULT_GPU_LAG) on the simulated driver and to 0 on a real
  * GPU, which has its own. GB = 1e9 bytes, MB = 1e6.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -27,12 +26,14 @@
 #include <string.h>
 
 #include "api/config.h"
-#include "api/xsalloc.h"
-#include "benchmarks/replay_lib.h"
+#include "api/devices.h"
+#include "benchmarks/cli.h"
 #include "benchmarks/svg_plot.h"
-#include "benchmarks/trace.h"
 #include "benchmarks/trace_files.h"
+#include "trace/replay.h"
+#include "trace/trace.h"
 #include "vmm/driver.h"
+#include "xsalloc/xsalloc.h"
 
 #define GB 1e9
 #define MB 1e6
@@ -62,14 +63,6 @@ static int usage(const char *why) {
     return 2;
 }
 
-/* A whole number in [min, max] from s. */
-static int parse_count(const char *s, long long min, long long max, long long *v) {
-    char *end;
-    errno = 0;
-    *v = strtoll(s, &end, 10);
-    return errno || end == s || *end || *v < min || *v > max ? -1 : 0;
-}
-
 /* The lag when none is given: 0 on a real GPU, which has its own. */
 static int64_t default_lag(const char *driver) {
     if (driver) return strcmp(driver, "cuda") ? XSA_REPLAY_DEFAULT_GPU_LAG : 0;
@@ -79,24 +72,21 @@ static int64_t default_lag(const char *driver) {
 }
 
 static int parse_args(int argc, char **argv, options *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i], **dst = strcmp(s, "--driver") == 0    ? &o->driver
-                                         : strcmp(s, "--conf") == 0    ? &o->conf
-                                         : strcmp(s, "--out") == 0     ? &o->out
-                                         : strcmp(s, "--traces") == 0  ? &o->traces
-                                         : strcmp(s, "--passes") == 0  ? &o->passes_arg
-                                         : strcmp(s, "--gpu-lag") == 0 ? &o->lag_arg
-                                                                       : NULL;
-        if (!dst) return usage("unknown option");
-        if (i + 1 == argc) return usage("an option needs a value");
-        *dst = argv[++i];
+    const xsa_cli_option opts[] = {
+        {"--driver", &o->driver}, {"--conf", &o->conf},         {"--out", &o->out},
+        {"--traces", &o->traces}, {"--passes", &o->passes_arg}, {"--gpu-lag", &o->lag_arg},
+    };
+    switch (xsa_cli_parse(argc, argv, opts, 6, NULL, 0, NULL)) {
+    case XSA_CLI_OK: break;
+    case XSA_CLI_UNKNOWN: case XSA_CLI_EXTRA: return usage("unknown option");
+    case XSA_CLI_NO_VALUE: return usage("an option needs a value");
     }
-    if (o->driver && strcmp(o->driver, "sim") && strcmp(o->driver, "cuda")) return usage("--driver is sim or cuda");
+    if (!xsa_cli_driver_ok(o->driver)) return usage("--driver is sim or cuda");
     long long v = DEFAULT_PASSES;
-    if (o->passes_arg && parse_count(o->passes_arg, 1, 1000000, &v)) return usage("--passes is a number above 0");
+    if (o->passes_arg && !xsa_cli_count(o->passes_arg, 1, 1000000, &v)) return usage("--passes is a number above 0");
     o->passes = (int)v;
     v = default_lag(o->driver);
-    if (o->lag_arg && parse_count(o->lag_arg, 0, INT64_MAX, &v)) return usage("--gpu-lag is a number, 0 or more");
+    if (o->lag_arg && !xsa_cli_count(o->lag_arg, 0, INT64_MAX, &v)) return usage("--gpu-lag is a number, 0 or more");
     o->lag = v;
     return 0;
 }
@@ -230,14 +220,11 @@ static int write_svg(const char *path, const char *name, const options *o, const
 
 /* Soaks one trace file: its row and its SVG. 0, or -1 if anything failed. */
 static int do_trace(const options *o, const char *dir, const char *file, const char *out_dir, pass_stats *ps) {
-    char path[PATH_LEN], name[256], err[1024];
+    char path[PATH_LEN], name[256];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    xsa_trace_files_name(file, name, sizeof name);
+    xsa_trace_name(file, name, sizeof name);
     xsa_trace t;
-    if (xsa_trace_load(path, &t, err, sizeof err)) {
-        fprintf(stderr, "soak: %s\n", err);
-        return -1;
-    }
+    if (xsa_cli_load_trace("soak", path, &t)) return -1;
     fprintf(stderr, "soak: %s, %d passes of %zu events...\n", name, o->passes, t.n_events);
     int failed = 0, skipped = 0, n = soak_trace(o, &t, name, ps, &failed, &skipped);
     xsa_trace_free(&t);

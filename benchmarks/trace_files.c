@@ -56,9 +56,3 @@ int xsa_trace_files_out_dir(const char *prog, const char *out_arg, char *dir, si
     }
     return 0;
 }
-
-void xsa_trace_files_name(const char *file, char *out, size_t len) {
-    size_t n = strlen(file);
-    if (has_suffix(file, SUFFIX)) n -= strlen(SUFFIX);
-    snprintf(out, len, "%.*s", (int)n, file);
-}

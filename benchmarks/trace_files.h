@@ -26,7 +26,4 @@ int xsa_trace_files_find(const char *dir_arg, const char *argv0, char *dir, size
  * dir. 0, or -1 with a line on stderr starting with `prog`. */
 int xsa_trace_files_out_dir(const char *prog, const char *out_arg, char *dir, size_t len);
 
-/* "gpt2_varlen.trace.gz" -> "gpt2_varlen" in out. */
-void xsa_trace_files_name(const char *file, char *out, size_t len);
-
 #endif

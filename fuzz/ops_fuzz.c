@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/xsalloc.h"
-#include "vmm/sim.h"
+#include "xsalloc/sim.h"
+#include "xsalloc/xsalloc.h"
 
 #define SLOTS 16
 #define STREAMS 3

@@ -10,9 +10,9 @@ secs="${1:-20}"
 OUT="${XSA_FUZZ_OUT:-${TMPDIR:-/tmp}/xsalloc-fuzz}"
 mkdir -p "$OUT"
 
-flags=(-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -I. -I/usr/local/cuda/include
+flags=(-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -I. -Iinclude -I/usr/local/cuda/include
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all)
-allocator=(api/*.c pool/*.c vmm/*.c) # the whole library: the API ops_fuzz calls needs most of it
+allocator=(vmm/*.c sim/*.c pool/*.c api/*.c) # the whole library: the API ops_fuzz calls needs most of it
 
 build() { # target sources...
     local t="$1"; shift

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pool/grow.h"
+
 xsa_block *xsa_block_new(xsa_block_cache *c) {
     xsa_block *b = c->free_list;
     if (b)
@@ -54,13 +56,7 @@ bool xsa_block_cache_reserve(xsa_block_cache *c, size_t n) {
 bool xsa_block_add_stream_use(xsa_block *b, xsa_stream stream) {
     for (int i = 0; i < b->n_stream_uses; i++)
         if (b->stream_uses[i] == stream) return true;
-    if (b->n_stream_uses == b->cap_stream_uses) {
-        int cap = b->cap_stream_uses ? 2 * b->cap_stream_uses : 4;
-        xsa_stream *grown = realloc(b->stream_uses, (size_t)cap * sizeof *grown);
-        if (!grown) return false;
-        b->stream_uses = grown;
-        b->cap_stream_uses = cap;
-    }
+    if (!XSA_GROW_FOR_ONE(b->stream_uses, b->n_stream_uses, b->cap_stream_uses, 4)) return false;
     b->stream_uses[b->n_stream_uses++] = stream;
     return true;
 }

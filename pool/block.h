@@ -14,11 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool/types.h"
 #include "vmm/driver.h"
 
 struct xsa_seg;
-
-typedef enum { XSA_POOL_SMALL = 0, XSA_POOL_LARGE = 1, XSA_POOL_KINDS = 2 } xsa_pool_kind;
 
 typedef struct xsa_block {
     uintptr_t ptr;

@@ -1,7 +1,7 @@
 /*
  * pool/capture: the memory pool calls (create, release, begin and end of a
  * routing), the end of a capture, and empty_cache (semantics in pool.h and
- * api/xsalloc.h).
+ * xsalloc/xsalloc.h).
  *
  * During a capture the pool must not query or wait for an event: a query
  * of an event recorded in the capture invalidates it (CUDA_ERROR_CAPTURED_
@@ -13,10 +13,16 @@
  * then. This file sits above the core (mempool.c, events.c, pool.c) and
  * release.c; none of them calls it.
  */
-#include "pool/capture_reuse.h"
-#include "pool/pool_internal.h"
+#include "pool/capture.h"
 
 #include <stdio.h>
+
+#include "pool/capture_reuse.h"
+#include "pool/core.h"
+#include "pool/events.h"
+#include "pool/mempool.h"
+#include "pool/release.h"
+#include "pool/state.h"
 
 static bool is_private(xsa_mempool_id id) { return id.first != 0 || id.second != 0; }
 

@@ -40,6 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool/core.h"
+
 /* A set of node handles: open addressing, 0 marks an empty slot (a node
  * handle is never NULL), at most half full. */
 typedef struct node_set {

@@ -1,16 +1,23 @@
 /*
  * pool/capture_reuse: the hooks of capture-time reuse
  * (graph_capture_record_stream_reuse; the rule and its design are at the
- * top of capture_reuse.c). pool.c calls the first two on its capture
- * paths, capture.c the third when no capture is left, check.c the last.
- * Not part of the pool's interface.
+ * top of capture_reuse.c): the switch the API turns, then the hooks.
+ * pool.c calls the first two hooks on its capture paths, capture.c the
+ * third when no capture is left, check.c the last.
  */
 #ifndef XSA_POOL_CAPTURE_REUSE_H
 #define XSA_POOL_CAPTURE_REUSE_H
 
 #include <stdint.h>
 
-#include "pool/pool_internal.h"
+#include "pool/state.h"
+
+/* graph_capture_record_stream_reuse at run time: on, a block freed during
+ * a capture with uses on other streams may return to the cache before the
+ * capture ends, once the captured graph orders those uses before the next
+ * work on the block's stream. Off, such frees wait for the capture's end;
+ * blocks already waiting keep waiting. */
+void xsa_pool_set_capture_reuse(xsa_pool *p, bool on);
 
 /* A malloc on `stream` while a capture is under way on the device: the
  * stream's marked blocks that its captured work now follows return to the

@@ -5,10 +5,18 @@
  * free sets, counts, routings, the capture's deferred frees, own
  * allocators and flags) and the stats. Slow (linear, times the memory pools), for tests.
  */
-#include "pool/capture_reuse.h"
-#include "pool/pool_internal.h"
+#include "pool/check.h"
 
 #include <string.h>
+
+#include "pool/block.h"
+#include "pool/capture_reuse.h"
+#include "pool/core.h"
+#include "pool/free_set.h"
+#include "pool/mempool.h"
+#include "pool/ptr_map.h"
+#include "pool/recycle.h"
+#include "pool/state.h"
 
 typedef struct recount {
     int64_t allocation[XSA_POOL_KINDS], allocated_bytes[XSA_POOL_KINDS], requested_bytes[XSA_POOL_KINDS];

@@ -1,7 +1,7 @@
 /*
  * pool/checkpoint: a memory pool's live blocks (a checkpoint), and bringing
  * the pool back to such a set (PyTorch's getCheckpointState and
- * setCheckpointPoolState; semantics in api/xsalloc.h). cudagraph trees
+ * setCheckpointPoolState; semantics in xsalloc/xsalloc.h). cudagraph trees
  * need it because a graph replay changes no allocator state: before they
  * record or warm up a graph after replays, the pool is told which blocks
  * the replayed outputs still alive occupy.
@@ -30,10 +30,18 @@
  * Core: it calls the block records, free sets, pointer map, events and
  * core.c's split and merge, nothing above them.
  */
-#include "pool/pool_internal.h"
+#include "pool/checkpoint.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/events.h"
+#include "pool/mempool.h"
+#include "pool/ptr_map.h"
+#include "pool/state.h"
+#include "pool/trace.h"
 
 static xsa_pool_status host_oom(const xsa_pool *p, char *err, size_t errlen) {
     snprintf(err, errlen, "device %d: out of host memory", p->device);

@@ -6,10 +6,15 @@
  * malloc/free paths (pool.c) call it; it calls only the free sets,
  * memory pool records and block records below it.
  */
-#include "pool/pool_internal.h"
+#include "pool/core.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/free_set.h"
+#include "pool/state.h"
+#include "pool/trace.h"
 
 void xsa_pool_driver_error(xsa_pool *p, const char *call, xsa_cu_result r, char *err, size_t errlen) {
     snprintf(err, errlen, "device %d: %s failed: %s (CUresult %d)", p->device, call, p->drv->error_string(r), r);

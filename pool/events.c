@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool/grow.h"
+
 void xsa_events_init(xsa_events *e, xsa_driver *drv, int device) {
     memset(e, 0, sizeof *e);
     e->drv = drv;
@@ -36,13 +38,7 @@ void xsa_events_destroy(xsa_events *e) {
 static xsa_stream_queue *queue_for(xsa_events *e, xsa_stream stream) {
     for (int q = 0; q < e->n_queues; q++)
         if (e->queues[q].stream == stream) return &e->queues[q];
-    if (e->n_queues == e->cap_queues) {
-        int cap = e->cap_queues ? 2 * e->cap_queues : 4;
-        xsa_stream_queue *grown = realloc(e->queues, (size_t)cap * sizeof *grown);
-        if (!grown) return NULL;
-        e->queues = grown;
-        e->cap_queues = cap;
-    }
+    if (!XSA_GROW_FOR_ONE(e->queues, e->n_queues, e->cap_queues, 4)) return NULL;
     xsa_stream_queue *q = &e->queues[e->n_queues++];
     memset(q, 0, sizeof *q);
     q->stream = stream;
@@ -50,13 +46,7 @@ static xsa_stream_queue *queue_for(xsa_events *e, xsa_stream stream) {
 }
 
 static bool keep_spare(xsa_events *e, xsa_event ev) {
-    if (e->n_spare == e->cap_spare) {
-        size_t cap = e->cap_spare ? 2 * e->cap_spare : 8;
-        xsa_event *grown = realloc(e->spare, cap * sizeof *grown);
-        if (!grown) return false;
-        e->spare = grown;
-        e->cap_spare = cap;
-    }
+    if (!XSA_GROW_FOR_ONE(e->spare, e->n_spare, e->cap_spare, 8)) return false;
     e->spare[e->n_spare++] = ev;
     return true;
 }

@@ -11,10 +11,17 @@
  * fewest free bytes in partial pages (they can be neither recycled nor
  * released), then by best fit.
  */
-#include "pool/pool_internal.h"
+#include "pool/expand.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/pages.h"
+#include "pool/recycle.h"
+#include "pool/state.h"
+#include "pool/trace.h"
 
 static xsa_seg *find_segment(xsa_pool *p, const xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream) {
     for (xsa_seg *s = p->segments; s; s = s->next_seg)

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool/grow.h"
+
 /* Classes of sizes in 512-byte units u: u itself below 2^EXACT_LOG, then
  * 2^SUB_LOG classes per power of two, up to the largest size_t. */
 #define UNIT_LOG 9
@@ -189,13 +191,7 @@ bool xsa_free_set_attach(xsa_free_set *s, xsa_stream stream) {
         s->segments++;
         return true;
     }
-    if (s->n_streams == s->cap_streams) {
-        size_t cap = s->cap_streams ? 2 * s->cap_streams : 4;
-        xsa_free_stream **grown = realloc(s->streams, cap * sizeof *grown);
-        if (!grown) return false;
-        s->streams = grown;
-        s->cap_streams = cap;
-    }
+    if (!XSA_GROW_FOR_ONE(s->streams, s->n_streams, s->cap_streams, 4)) return false;
     xsa_free_stream *x = calloc(1, sizeof *x);
     if (!x) return false;
     x->stream = stream;

@@ -1,6 +1,10 @@
 /* pool/info: read-only queries and the memory fraction. */
-#include "pool/pool_internal.h"
+#include "pool/info.h"
 
+#include "pool/block.h"
+#include "pool/free_set.h"
+#include "pool/ptr_map.h"
+#include "pool/state.h"
 
 void xsa_pool_cache_info(xsa_pool *p, size_t *cached_free, size_t *largest) {
     size_t total = 0, big = 0;

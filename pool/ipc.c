@@ -1,6 +1,6 @@
 /*
  * pool/ipc: the exporting side of IPC (protocol and lifetime rules in
- * api/xsalloc.h).
+ * xsalloc/xsalloc.h).
  *
  * Design: an export fills the public handle with one fd per physical handle
  * (chunk) under the block, whole (cuMemExportToShareableHandle), and a
@@ -19,7 +19,7 @@
  * open for each while it stays mapped (vmm/share.h), and the caller keeps
  * the block allocated for as long as importers may open it.
  */
-#include "pool/pool_internal.h"
+#include "pool/ipc.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -27,6 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/ipc_state.h"
+#include "pool/mempool.h"
+#include "pool/ptr_map.h"
+#include "pool/state.h"
 
 bool xsa_ipc_probe(xsa_pool *p) {
     int fd_handles = 0;

@@ -9,9 +9,14 @@
  * release): releasing memory and recording events are the policies'
  * (release.c, capture.c).
  */
-#include "pool/pool_internal.h"
+#include "pool/mempool.h"
 
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/free_set.h"
+#include "pool/grow.h"
+#include "pool/state.h"
 
 static bool same_id(xsa_mempool_id a, xsa_mempool_id b) { return a.first == b.first && a.second == b.second; }
 
@@ -73,15 +78,10 @@ int xsa_mempool_route_index(const xsa_pool *p, const xsa_mempool *mp) {
 }
 
 bool xsa_mempool_add_route(xsa_pool *p, xsa_mempool *mp, xsa_stream_filter filter, void *ctx, bool capture) {
-    if (p->n_routes == p->cap_routes) {
-        int cap = p->cap_routes ? 2 * p->cap_routes : 4;
-        xsa_route *grown = realloc(p->routes, (size_t)cap * sizeof *grown);
-        if (!grown) return false;
-        p->routes = grown;
-        p->cap_routes = cap;
-    }
+    if (!XSA_GROW_FOR_ONE(p->routes, p->n_routes, p->cap_routes, 4)) return false;
     p->routes[p->n_routes++] = (xsa_route){mp, filter, ctx, capture};
     if (capture) p->capturing++;
+    mp->replayed |= capture;
     return true;
 }
 
@@ -95,15 +95,10 @@ void xsa_mempool_remove_route(xsa_pool *p, int i) {
 static bool keep_by(xsa_mempool *q, xsa_mempool *mp) {
     for (size_t i = 0; i < q->n_kept; i++)
         if (q->kept[i] == mp) return true;
-    if (q->n_kept == q->cap_kept) {
-        size_t cap = q->cap_kept ? 2 * q->cap_kept : 4;
-        xsa_mempool **grown = realloc(q->kept, cap * sizeof *grown);
-        if (!grown) return false;
-        q->kept = grown;
-        q->cap_kept = cap;
-    }
+    if (!XSA_GROW_FOR_ONE(q->kept, q->n_kept, q->cap_kept, 4)) return false;
     q->kept[q->n_kept++] = mp;
     mp->holds++;
+    mp->replayed = true; /* q's graph writes its memory */
     return true;
 }
 
@@ -125,13 +120,7 @@ void xsa_mempool_drop_kept(xsa_pool *p, xsa_mempool *mp, void (*release)(xsa_poo
 }
 
 bool xsa_mempool_defer(xsa_pool *p, xsa_block *b) {
-    if (p->n_deferred == p->cap_deferred) {
-        size_t cap = p->cap_deferred ? 2 * p->cap_deferred : 16;
-        xsa_block **grown = realloc(p->deferred, cap * sizeof *grown);
-        if (!grown) return false;
-        p->deferred = grown;
-        p->cap_deferred = cap;
-    }
+    if (!XSA_GROW_FOR_ONE(p->deferred, p->n_deferred, p->cap_deferred, 16)) return false;
     p->deferred[p->n_deferred++] = b;
     b->capture_deferred = true;
     return true;

@@ -3,7 +3,8 @@
  * (PyTorch's MemPool(allocator): NCCL's ncclMemAlloc buffers, symmetric
  * memory, registered buffers), PyTorch's two MemPool flags (use_on_oom,
  * no_split), and where a classic segment's memory comes from and goes to.
- * Semantics in api/xsalloc.h (xsa_mempool_create_with_allocator and on).
+ * Semantics in include/xsalloc/xsalloc.h (xsa_mempool_create_with_allocator
+ * and on).
  *
  * Design: such a pool's segments are classic segments whose memory comes
  * from the pool's alloc and goes back through its free; the pool caches,
@@ -22,9 +23,12 @@
  * Core: it calls the driver table, the caller's functions and the memory
  * pool records (mempool.c), nothing above them.
  */
-#include "pool/pool_internal.h"
+#include "pool/own_allocator.h"
 
 #include <stdio.h>
+
+#include "pool/mempool.h"
+#include "pool/state.h"
 
 xsa_cu_result xsa_classic_alloc(xsa_pool *p, xsa_mempool *mp, xsa_stream stream, size_t size, uintptr_t *base) {
     if (!xsa_mempool_owns_allocator(mp)) {

@@ -6,9 +6,14 @@
  * destroying an empty segment. Unmapped ranges are blocks too (mapped ==
  * false, page aligned, in no free set). Calls only the core below it.
  */
-#include "pool/pool_internal.h"
+#include "pool/pages.h"
 
 #include <stdio.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/state.h"
+#include "pool/trace.h"
 
 void xsa_pages_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, int sign) {
     size_t pages = moved + created, bytes = pages * p->page_size;

@@ -9,9 +9,12 @@
  * which is a context-wide switch outside the allocator's driver table: they
  * are refused, with a sentence saying so.
  */
-#include "pool/pool_internal.h"
+#include "pool/peer.h"
 
 #include <stdio.h>
+
+#include "pool/core.h"
+#include "pool/state.h"
 
 static bool granted(const xsa_pool *p, int peer) {
     for (int i = 0; i < p->n_peers; i++)

@@ -1,10 +1,26 @@
 /* pool: malloc, free and record_stream (design in pool.h). */
-#include "pool/capture_reuse.h"
-#include "pool/pool_internal.h"
+#include "pool/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pool/block.h"
+#include "pool/capture_reuse.h"
+#include "pool/core.h"
+#include "pool/events.h"
+#include "pool/expand.h"
+#include "pool/free_set.h"
+#include "pool/ipc.h"
+#include "pool/mempool.h"
+#include "pool/options.h"
+#include "pool/own_allocator.h"
+#include "pool/peer.h"
+#include "pool/ptr_map.h"
+#include "pool/recycle.h"
+#include "pool/release.h"
+#include "pool/state.h"
+#include "pool/trace.h"
 
 /* ---- rounding (PyTorch's round_size / get_allocation_size) ---- */
 

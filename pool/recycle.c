@@ -75,9 +75,20 @@
  * headroom, as long as it fits in the growth: those pages would otherwise
  * be created. A growth never takes more pages than it maps.
  */
-#include "pool/pool_internal.h"
+#include "pool/recycle.h"
 
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/events.h"
+#include "pool/free_set.h"
+#include "pool/mempool.h"
+#include "pool/pages.h"
+#include "pool/state.h"
+#include "pool/stats.h"
+#include "pool/sweep.h"
+#include "pool/trace.h"
 
 /* The highest allocated bytes seen, a request of `size` bytes included. */
 static double high_with(const xsa_pool *p, size_t size) {

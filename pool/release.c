@@ -17,11 +17,27 @@
  * test_graph_capture_reset_recapture: a graph's output, outliving its
  * pool, is rewritten by the next capture), so the pools capturing then
  * keep the released pool's memory until they are released themselves.
+ * A graph's replays run on streams of the caller's choosing, so a pool
+ * that was captured into waits for the whole device before its memory
+ * goes back.
  */
-#include "pool/pool_internal.h"
+#include "pool/release.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/events.h"
+#include "pool/free_set.h"
+#include "pool/ipc.h"
+#include "pool/mempool.h"
+#include "pool/own_allocator.h"
+#include "pool/pages.h"
+#include "pool/recycle.h"
+#include "pool/state.h"
+#include "pool/sweep.h"
+#include "pool/trace.h"
 
 xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     xsa_seg *s = b->seg;
@@ -85,9 +101,29 @@ static xsa_pool_status release_mempool_free(xsa_pool *p, xsa_mempool *mp, char *
     return st;
 }
 
+/* A pool a graph was captured into: its graphs are gone once it is
+ * released (PyTorch destroys the graph, then releases its pool), but their
+ * last replays may still run, on streams no segment of the pool names
+ * (torch.cuda.graph captures on a side stream, replays on the caller's).
+ * Events on the pool's streams would not cover them: the device's work is
+ * waited for, once. Not during a capture (the callers wait for its end). */
+static xsa_pool_status fence_replays(xsa_pool *p, xsa_mempool *mp, char *err, size_t errlen) {
+    if (!mp->replayed || mp->segments == 0) return XSA_POOL_OK;
+    xsa_cu_result r = XSA_DRV(p->drv, ctx_synchronize, p->device);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_driver_error(p, "cuCtxSynchronize", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    p->stats.num_sync_all_streams++;
+    mp->replayed = false;
+    return XSA_POOL_OK;
+}
+
 xsa_pool_status xsa_release_mempool(xsa_pool *p, xsa_mempool *mp, char *err, size_t errlen) {
     if (p->capturing || !xsa_mempool_freeable(mp)) return XSA_POOL_OK;
-    xsa_pool_status st = release_mempool_free(p, mp, err, errlen);
+    xsa_pool_status st = fence_replays(p, mp, err, errlen);
+    if (st != XSA_POOL_OK) return st; /* nothing goes back: the memory stays cached, as after a refused free */
+    st = release_mempool_free(p, mp, err, errlen);
     if (mp->segments == 0) xsa_mempool_delete(p, mp);
     return st;
 }

@@ -14,9 +14,12 @@
  * so that the stats keep saying how many blocks and segments are oversize
  * now (PyTorch's drift when the limit changes is not copied).
  */
-#include "pool/pool_internal.h"
+#include "pool/settings.h"
 
 #include <stdio.h>
+
+#include "pool/core.h"
+#include "pool/state.h"
 
 /* Sets the stat's current value to n (peak follows), leaving its
  * allocated and freed totals alone: a new limit is no allocation. */

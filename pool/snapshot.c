@@ -5,10 +5,13 @@
  * blocks, so that every reported segment is tiled by its blocks and the
  * unmapped ranges appear only as gaps between segments.
  */
-#include "pool/pool_internal.h"
+#include "pool/snapshot.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "pool/block.h"
+#include "pool/state.h"
 
 static xsa_snap_state state_of(const xsa_block *b) {
     if (b->allocated) return XSA_SNAP_ALLOCATED;

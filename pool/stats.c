@@ -1,7 +1,9 @@
-/* pool/stats: reading and resetting the stats (updates are inline in pool_internal.h). */
-#include "pool/pool_internal.h"
+/* pool/stats: reading and resetting the stats (updates are inline in state.h). */
+#include "pool/stats.h"
 
 #include <string.h>
+
+#include "pool/state.h"
 
 #define N_ARRAYS 9
 
@@ -15,7 +17,7 @@ static void arrays_of(xsa_device_stats *s, xsa_stat *arrays[N_ARRAYS]) {
 
 void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out) {
     *out = p->stats;
-    /* XSA_STAT_ALL's allocated and freed are not kept (pool_internal.h). */
+    /* XSA_STAT_ALL's allocated and freed are not kept (state.h). */
     xsa_stat *arrays[N_ARRAYS];
     arrays_of(out, arrays);
     for (int a = 0; a < N_ARRAYS; a++) {

@@ -20,9 +20,12 @@
  * out-of-memory fallback) waits for the same streams on the CPU first, as
  * PyTorch's cudaFree waits for the device.
  */
-#include "pool/pool_internal.h"
+#include "pool/sweep.h"
 
 #include <stdlib.h>
+
+#include "pool/events.h"
+#include "pool/state.h"
 
 static size_t count_segments(const xsa_pool *p) {
     size_t n = 0;

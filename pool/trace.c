@@ -1,5 +1,7 @@
 /* pool/trace: the observer of a pool (design in trace.h). */
-#include "pool/pool_internal.h"
+#include "pool/trace.h"
+
+#include "pool/state.h"
 
 void xsa_pool_set_observer(xsa_pool *p, xsa_observer_fn fn, void *ctx) {
     p->observer = fn;

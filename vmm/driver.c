@@ -1,13 +1,10 @@
 /*
- * vmm/driver: entry-point names, call counters, the run-time choice
- * between the real and the simulated driver, and the one system call in
- * the table (process_get_fds).
+ * vmm/driver: entry-point names, call counters, calls in relaxed capture
+ * mode, and the one system call in the table (process_get_fds).
  */
 #include "vmm/driver.h"
 
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -57,18 +54,6 @@ uint64_t xsa_driver_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-xsa_driver *xsa_driver_default(char *err, size_t errlen) {
-    const char *forced = getenv("XSA_DRIVER");
-    if (forced && strcmp(forced, "sim") == 0) return xsa_driver_sim();
-    if (forced && strcmp(forced, "cuda") == 0) return xsa_driver_cuda(err, errlen);
-    if (forced && *forced) {
-        if (err) snprintf(err, errlen, "XSA_DRIVER='%s' is not a driver: use 'cuda' or 'sim'", forced);
-        return NULL;
-    }
-    xsa_driver *cuda = xsa_driver_cuda(NULL, 0);
-    return cuda ? cuda : xsa_driver_sim();
 }
 
 int xsa_driver_relax_capture(xsa_driver *d) {

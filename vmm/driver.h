@@ -4,7 +4,7 @@
  * Design: every call the library makes into the driver goes through an
  * xsa_driver table, filled either by the real driver (driver_cuda.c: libcuda
  * is dlopen'd and resolved with cuGetProcAddress, never linked) or by the
- * simulated driver (driver_sim.c: host memory that really is reserved, mapped
+ * simulated driver (sim/: host memory that really is reserved, mapped
  * and unmapped). The pool cannot tell them apart. Types here are neutral
  * (no cuda.h): results use CUresult's numeric values, pointers are uint64_t
  * device addresses, streams and events are opaque pointers.
@@ -98,7 +98,7 @@ enum {
     X(stream_end_capture) X(stream_get_capture_info)                          \
     X(graph_node_get_dependencies) X(graph_instantiate) X(graph_launch)       \
     X(graph_exec_destroy) X(graph_destroy) X(thread_exchange_capture_mode)   \
-    X(process_get_fds)
+    X(process_get_fds) X(ctx_synchronize)
 
 typedef enum {
 #define XSA_DRV_ENUM(name) XSA_DRV_##name,
@@ -197,6 +197,10 @@ typedef struct xsa_driver {
      * process has no such fd), NOT_SUPPORTED (ENOSYS: the kernel is older),
      * OUT_OF_MEMORY (no fd left, EMFILE/ENFILE/ENOMEM), UNKNOWN otherwise. */
     xsa_cu_result (*process_get_fds)(int pid, const int *fds, int n, int *out);
+    /* cuCtxSynchronize on the device's primary context: waits for all of
+     * the device's work, on every stream (a graph's replays run on streams
+     * the allocator never sees). Refused during a global-mode capture. */
+    xsa_cu_result (*ctx_synchronize)(int device);
     /* Never fails: unknown codes give a generic text. */
     const char *(*error_string)(xsa_cu_result result);
 
@@ -246,32 +250,5 @@ void xsa_driver_read_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT], uin
 void xsa_driver_reset_calls(xsa_driver *d);
 /* Starts or stops adding up the time spent in each entry point. */
 void xsa_driver_time_calls(xsa_driver *d, bool on);
-
-/*
- * The real driver. Returns NULL and fills err (if not NULL, at most errlen
- * bytes) with a sentence when libcuda.so.1 cannot be loaded, an entry point
- * is missing, cuInit fails or there is no device. Idempotent.
- */
-xsa_driver *xsa_driver_cuda(char *err, size_t errlen);
-
-/*
- * The calling thread's CUDA context across a call (api/pytorch.h keeps it):
- * after watch, the first time the real driver makes a device's primary
- * context current it remembers the context the thread had, and restore
- * makes that one current again and ends the watch. A call that never
- * reached the driver (a cache hit) costs no driver call.
- */
-void xsa_cuda_ctx_watch(void);
-void xsa_cuda_ctx_restore(void);
-
-/* The simulated driver (see vmm/sim.h for its controls). */
-xsa_driver *xsa_driver_sim(void);
-
-/*
- * The driver chosen at run time: XSA_DRIVER=cuda|sim forces one; otherwise
- * cuda when a GPU is usable, else sim. NULL (with err filled) only when
- * cuda was forced and is not usable.
- */
-xsa_driver *xsa_driver_default(char *err, size_t errlen);
 
 #endif

@@ -15,7 +15,7 @@
  * use, and kept for the life of the process. Under xsa_cuda_ctx_watch the
  * context this replaces is remembered first, for xsa_cuda_ctx_restore.
  */
-#include "vmm/driver.h"
+#include "vmm/driver_cuda.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -63,6 +63,7 @@ _Static_assert((int)CU_STREAM_CAPTURE_STATUS_ACTIVE == XSA_CAPTURE_ACTIVE &&
     X(cuMemFree, 3020)                                                         \
     X(cuStreamQuery, 2000)                                                     \
     X(cuStreamSynchronize, 2000)                                               \
+    X(cuCtxSynchronize, 2000)                                                  \
     X(cuEventCreate, 2000)                                                     \
     X(cuEventRecord, 2000)                                                     \
     X(cuEventQuery, 2000)                                                      \
@@ -391,6 +392,11 @@ static xsa_cu_result cuda_stream_synchronize(xsa_stream stream) {
     return cu.cuStreamSynchronize((CUstream)stream);
 }
 
+static xsa_cu_result cuda_ctx_synchronize(int device) {
+    CUresult r = use_primary(device);
+    return r ? r : cu.cuCtxSynchronize();
+}
+
 static xsa_cu_result cuda_event_create(xsa_event *event, int device) {
     CUevent e = NULL;
     CUresult r = use_primary(device);
@@ -569,5 +575,6 @@ static xsa_driver cuda_table = {
     .graph_destroy = cuda_graph_destroy,
     .thread_exchange_capture_mode = cuda_thread_exchange_capture_mode,
     .process_get_fds = xsa_driver_process_get_fds,
+    .ctx_synchronize = cuda_ctx_synchronize,
     .error_string = cuda_error_string,
 };

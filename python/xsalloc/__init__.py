@@ -78,7 +78,7 @@ def reset_accumulated_memory_stats(device=0):
 
 def set_allocator_settings(conf):
     """Changes the settings at run time, on every device (xsa_set_allocator_settings):
-    XSALLOC_CONF's syntax and keys with PyTorch's run-time rules (api/CONFIG.md).
+    XSALLOC_CONF's syntax and keys with PyTorch's run-time rules (docs/configuration.md).
     A malformed string raises ValueError; a key that cannot change any more,
     XsallocError naming it; nothing changes then."""
     lib = load()

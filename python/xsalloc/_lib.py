@@ -47,7 +47,7 @@ _EXTRA = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled")
 
 
 class DeviceStats(ctypes.Structure):
-    """xsa_device_stats, field for field (api/xsalloc.h)."""
+    """xsa_device_stats, field for field (include/xsalloc/types.h)."""
 
     _fields_ = (
         [(name, _Stat * len(_POOLS)) for name in _STAT_ARRAYS]

@@ -4,7 +4,7 @@
     import xsalloc.torch
     xsalloc.torch.use()          # before the first CUDA tensor
 
-Design: the allocator torch gets is the C++ adapter (torch_adapter.cpp
+Design: the allocator torch gets is the C++ adapter (csrc/
 beside this file): torch's own CUDAAllocator interface over xsalloc's C
 API, compiled once against the installed torch with
 torch.utils.cpp_extension (torch caches the build) and linked to this
@@ -25,11 +25,12 @@ wraps torch's settings setter (torch._C._accelerator_setAllocatorSettings,
 which torch.cuda.memory._set_allocator_settings calls at call time; the
 older torch._C._cuda_cudaCachingAllocator_set_allocator_settings): torch
 checks and keeps the string first, then xsalloc applies it
-(xsalloc.set_allocator_settings; api/CONFIG.md, "Changing settings at run
+(xsalloc.set_allocator_settings; docs/configuration.md, "Changing settings at run
 time"). The Python function is wrapped rather than torch's C++ parser hook,
 whose storage an extension cannot be sure to share with torch.
 """
 
+import glob
 import hashlib
 import os
 import warnings
@@ -143,24 +144,27 @@ def _hook_allocator_settings(torch):
 
 
 def _adapter_sources():
-    """The adapter's source and the include directory holding api/xsalloc.h and api/pytorch.h."""
+    """The adapter's sources (csrc/*.cpp; their headers sit beside them) and the include directory
+    holding xsalloc/xsalloc.h and xsalloc/pytorch.h: the package's (pip install copies them there) or
+    the source tree's include/."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for include in (os.path.join(here, "include"), os.path.dirname(os.path.dirname(here))):
-        if os.path.exists(os.path.join(include, "api", "pytorch.h")):
-            return os.path.join(here, "torch_adapter.cpp"), include
-    raise FileNotFoundError(f"no api/pytorch.h in {here}/include or the source tree")
+    sources = sorted(glob.glob(os.path.join(here, "csrc", "*.cpp")))
+    for include in (os.path.join(here, "include"), os.path.join(os.path.dirname(os.path.dirname(here)), "include")):
+        if sources and os.path.exists(os.path.join(include, "xsalloc", "pytorch.h")):
+            return sources, include
+    raise FileNotFoundError(f"no xsalloc/pytorch.h in {here}/include or the source tree's include/")
 
 
 def _build_adapter(torch, lib):
     """Compiles the adapter against this torch (once: torch caches the build) and imports it."""
     from torch.utils import cpp_extension
-    source, include = _adapter_sources()
+    sources, include = _adapter_sources()
     libdir = os.path.dirname(os.path.abspath(lib.path))
     # One cached build per library: torch rebuilds an extension whose flags
     # changed, so two libraries under one name would rebuild at every switch.
     name = "xsalloc_torch_adapter_" + hashlib.sha1(libdir.encode()).hexdigest()[:10]
     return cpp_extension.load(
-        name=name, sources=[source], extra_include_paths=[include],
+        name=name, sources=sources, extra_include_paths=[include],
         extra_cflags=["-O2"], extra_ldflags=[f"-L{libdir}", "-l:" + os.path.basename(lib.path), f"-Wl,-rpath,{libdir}"],
         with_cuda=True, verbose=False)
 

@@ -2,7 +2,7 @@
 # The torch C++ adapter on a GPU with torch: builds libxsalloc.so with
 # setup.py, compiles the adapter (timed: the first use() of a machine does
 # it, later ones load torch's cached build), then every case of
-# tests/gpu/adapter_check.py in its own process, each with its settings
+# tests/gpu/checks/adapter_check.py in its own process, each with its settings
 # (conf_of; none: xsalloc's defaults), and the hot path through the
 # adapter against the pluggable path in one process
 # (benchmarks/gpu/adapter_ab.py; ROUNDS rounds, ROUNDS=0 for none).
@@ -32,7 +32,7 @@ conf_of() {  # the XSALLOC_CONF a case runs with
 fail=0
 for c in ${CASES:-stats history oom accelerator fraction0 settings mp mp_handles mp_off}; do
     conf=$(conf_of "$c")
-    line=$(env -u XSALLOC_CONF timeout 400 "$PY" tests/gpu/adapter_check.py --case "$c" ${conf:+--conf "$conf"} \
+    line=$(env -u XSALLOC_CONF timeout 400 "$PY" tests/gpu/checks/adapter_check.py --case "$c" ${conf:+--conf "$conf"} \
            2>/tmp/adapter-$c.err | tail -1)
     [ -n "$line" ] || line="{\"case\": \"$c\", \"ok\": false, \"detail\": \"died: $(tail -1 /tmp/adapter-$c.err | tr -d '"\\')\"}"
     echo "$line"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CUDA graphs on xsalloc against PyTorch's allocator, on a GPU with torch:
-# every case of tests/gpu/graph_check.py in its own process, under native
+# every case of tests/gpu/checks/graph_check.py in its own process, under native
 # (the reference), default, norec (page_recycling:False), classic
 # (expandable_segments:False) and reuse (graph_capture_record_stream_reuse). Builds the library with setup.py; the
 # compile and ckpt cases' details (losses; eval sums and restores) must equal native's. Exits non-zero on any failure.
@@ -17,7 +17,7 @@ fail=0
 native_detail=""
 for c in ${CASES:-issue two_stream compile mempool mempool_allocator ckpt reclaim}; do
     for m in native ${MODES:-default norec classic reuse}; do
-        line=$(timeout 300 "$PY" tests/gpu/graph_check.py --mode "$m" --case "$c" 2> "$lib/$m-$c.err" | tail -1)
+        line=$(timeout 300 "$PY" tests/gpu/checks/graph_check.py --mode "$m" --case "$c" 2> "$lib/$m-$c.err" | tail -1)
         rc=$?
         if [ -z "$line" ]; then
             line="{\"mode\": \"$m\", \"case\": \"$c\", \"ok\": false, \"detail\": \"process died (exit $rc): $(grep -v '^\s*$' "$lib/$m-$c.err" | tail -1 | tr -d '"\\')\"}"

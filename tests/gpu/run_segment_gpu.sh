@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${CMOCKA_DIR:-.carry}
-gcc -std=c11 -D_GNU_SOURCE -DXSA_TEST_CUDA -Wall -Wextra -Werror -I. -I"$dir" -I/usr/local/cuda/include \
-    tests/segment_test.c vmm/segment.c vmm/driver.c vmm/driver_cuda.c vmm/driver_sim.c vmm/sim_timeline.c vmm/sim_capture.c vmm/sim_check.c vmm/sim_cost.c \
+gcc -std=c11 -D_GNU_SOURCE -DXSA_TEST_CUDA -Wall -Wextra -Werror -I. -Iinclude -I"$dir" -I/usr/local/cuda/include \
+    tests/vmm/segment_test.c vmm/*.c sim/*.c \
     "$dir/libcmocka.so.0" -ldl -lpthread -o /tmp/segment_gpu_test
 LD_LIBRARY_PATH="$PWD/$dir" /tmp/segment_gpu_test

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PyTorch's own CUDA tests (../shared/pytorch/test_cuda.py) under torch's
-# allocator and under xsalloc, one table of outcomes (tests/gpu/torch_suite.py).
+# allocator and under xsalloc, one table of outcomes (tests/gpu/checks/torch_suite.py).
 #
 # The file is PyTorch's and is never committed here: it is read from
 # ../shared/pytorch, copied into .carry/pytorch (git-ignored), which a GPU
@@ -9,8 +9,10 @@
 # goes on in a new process without the tests done. With PARALLEL=1 the
 # modes run side by side on the one GPU, then every test whose outcome
 # there could be the other processes' doing (the reference's non-passes,
-# each mode's misses of the reference's passes) runs again alone and that
-# outcome is the one counted.
+# each mode's misses of the reference's passes) runs again alone, and that
+# outcome is the one counted. A mode's misses run in a process each (a test
+# may fail for what an earlier one left, as test_host_memory_stats does
+# after another test allocated pinned memory).
 #   bash tests/gpu/run_torch_suite.sh [-k PATTERN ...]
 #   env: PYTHON (the python3 with torch), MODES (default "torch torch_expandable default norec classic"),
 #        CLASSES (default "TestCuda TestMemPool TestBlockStateAbsorption TestCudaOptims"),
@@ -39,7 +41,7 @@ done
 run_mode() {
     local m=$1 file=$2; shift 2
     for _ in $(seq 1 100); do
-        "$PY" tests/gpu/torch_suite.py --file "$suite" --mode "$m" --out "$file" --classes "${classes[@]}" \
+        "$PY" tests/gpu/checks/torch_suite.py --file "$suite" --mode "$m" --out "$file" --classes "${classes[@]}" \
             --timeout "${TEST_TIMEOUT:-600}" "${kargs[@]}" "$@" >> "$out/$m.log" 2>&1 && return 0
     done
 }
@@ -53,9 +55,13 @@ done
 wait
 if [ "${PARALLEL:-0}" = 1 ]; then
     for m in $modes; do
-        again=$("$PY" tests/gpu/torch_suite.py --to-confirm "$out" --mode "$m")
-        [ -n "$again" ] && run_mode "$m" "$out/$m.jsonl.confirm" --only $again
+        again=$("$PY" tests/gpu/checks/torch_suite.py --to-confirm "$out" --mode "$m")
+        if [ "$m" = torch ]; then
+            [ -n "$again" ] && run_mode "$m" "$out/$m.jsonl.confirm" --only $again
+        else
+            for t in $again; do run_mode "$m" "$out/$m.jsonl.confirm" --only "$t"; done
+        fi
     done
 fi
 echo "torch suite: $(( $(date +%s) - start )) s; outcomes in $out"
-"$PY" tests/gpu/torch_suite.py --table "$out"
+"$PY" tests/gpu/checks/torch_suite.py --table "$out"

@@ -284,7 +284,7 @@ class ParentTest(unittest.TestCase):
         self.assertEqual(printed.getvalue(), table)
 
 
-@unittest.skipUnless(os.environ.get("XSALLOC_LIBRARY"), "needs XSALLOC_LIBRARY (tests/python_test.sh sets it)")
+@unittest.skipUnless(os.environ.get("XSALLOC_LIBRARY"), "needs XSALLOC_LIBRARY (tests/python/python_test.sh sets it)")
 class ChildTest(unittest.TestCase):
     def setUp(self):
         import xsalloc.torch

@@ -9,7 +9,7 @@ than with expectations written here. Then stand-ins for torch and cupy,
 importable from a directory on PYTHONPATH, show that xsalloc is torch's
 allocator before the script's first line and CuPy's as soon as the script
 imports cupy. Needs XSALLOC_LIBRARY, XSA_DRIVER=sim and the package on
-PYTHONPATH (tests/python_test.sh sets them).
+PYTHONPATH (tests/python/python_test.sh sets them).
 """
 
 import os

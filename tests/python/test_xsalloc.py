@@ -9,7 +9,7 @@ against small stand-ins with the same attributes, which record what the
 package asks of them. The simulated driver's memory is host memory, so
 blocks handed out are written and read back. Each test starts from
 xsa_shutdown + xsa_init on the simulated driver. Needs XSALLOC_LIBRARY and
-XSA_DRIVER=sim (tests/python_test.sh sets both).
+XSA_DRIVER=sim (tests/python/python_test.sh sets both).
 """
 
 import contextlib
@@ -277,7 +277,7 @@ class ConfigSourceTest(unittest.TestCase):
         self.assertEqual(out[1], f"PYTORCH_ALLOC_CONF {64 * MiB}")
         self.assertEqual(err.splitlines(), [
             "xsalloc: PYTORCH_ALLOC_CONF: ignoring release_lock_on_cudamalloc, pinned_num_register_threads "
-            "(xsalloc cannot honour these PyTorch keys; api/CONFIG.md says why)"])
+            "(xsalloc cannot honour these PyTorch keys; docs/configuration.md says why)"])
 
     def test_refused_key_fails_naming_the_variable(self):
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
@@ -456,8 +456,10 @@ class FakeTorchTest(SimTestCase):
             self.assertIsNone(torch.cuda.memory.installed, "not the pluggable path")
             self.assertIsNone(torch.cuda.memory.memory_stats_as_nested_dict, "torch's statistics left alone")
         kw = built[0]
-        self.assertTrue(kw["sources"][0].endswith("torch_adapter.cpp") and os.path.exists(kw["sources"][0]))
-        self.assertTrue(os.path.exists(os.path.join(kw["extra_include_paths"][0], "api", "pytorch.h")))
+        self.assertEqual(sorted(os.path.basename(s) for s in kw["sources"]),
+                         ["adapter.cpp", "contexts.cpp", "snapshot.cpp"], "the adapter's sources, by job")
+        self.assertTrue(all(os.path.exists(s) for s in kw["sources"]))
+        self.assertTrue(os.path.exists(os.path.join(kw["extra_include_paths"][0], "xsalloc", "pytorch.h")))
         libdir = os.path.dirname(os.path.abspath(self.lib.path))
         self.assertIn(f"-Wl,-rpath,{libdir}", kw["extra_ldflags"])
 

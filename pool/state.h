@@ -1,0 +1,278 @@
+/*
+ * pool/state: the pool's state, shared by its source files: the records
+ * (memory pools, routes, segments, drains, exports, the pool) and the
+ * inline accounting every malloc and free does. No functions of any file:
+ * each file's calls are in its own header.
+ *
+ * Design: the files are in layers, each calling only those below it.
+ *   core:     block.c, free_set.c, ptr_map.c, events.c, ipc_state.c,
+ *             trace.c (observation points), stats.c, mempool.c (memory
+ *             pool records and routing), own_allocator.c (memory pools
+ *             with an allocator of their own, their flags, the memory of
+ *             classic segments), core.c (segment records, free-set
+ *             membership, split and merge, returning freed blocks);
+ *   policies: pages.c (an expandable segment's pages as blocks), sweep.c,
+ *             recycle.c (page recycling), expand.c (growing expandable
+ *             segments), ipc.c (IPC exports), peer.c (peer access),
+ *             release.c (giving memory back), capture.c (the memory pool
+ *             calls and capture), capture_reuse.c (capture-time reuse),
+ *             checkpoint.c (a memory pool's blocks set to a checkpoint),
+ *             settings.c (options changed at run time);
+ *   readers:  check.c, snapshot.c, info.c;
+ *   top:      pool.c (create, malloc, free, record_stream, destroy).
+ * Not part of the pool's interface (api/ uses pool.h and the policies'
+ * headers).
+ */
+#ifndef XSA_POOL_STATE_H
+#define XSA_POOL_STATE_H
+
+#include "pool/block.h"
+#include "pool/events.h"
+#include "pool/free_set.h"
+#include "pool/ipc_state.h"
+#include "pool/options.h"
+#include "pool/ptr_map.h"
+#include "pool/types.h"
+#include "vmm/segment.h"
+#include "xsalloc/types.h"
+
+/* PyTorch's constants. */
+#define XSA_MIN_BLOCK_SIZE ((size_t)512)
+#define XSA_SMALL_SIZE ((size_t)1 << 20)        /* largest small request */
+#define XSA_SMALL_BUFFER ((size_t)2 << 20)      /* small segment */
+#define XSA_LARGE_BUFFER ((size_t)20 << 20)     /* segment for 1-10 MiB misses */
+#define XSA_MIN_LARGE_ALLOC ((size_t)10 << 20)
+#define XSA_ROUND_LARGE ((size_t)2 << 20)
+
+/* A memory pool (PyTorch's private pool / MemPool): its own segments and
+ * free sets, so that its memory goes to its own allocations only. The
+ * device's allocator has one built in, the global memory pool (id {0, 0}),
+ * which serves every allocation not routed to another one. */
+typedef struct xsa_mempool {
+    xsa_mempool_id id;
+    int use_count;             /* creates and begins, less releases; 0: released (global: always 1) */
+    int holds;                 /* pools in use that keep this released one's memory (`kept`) */
+    /* A captured graph may use its memory at replays, which run on any
+     * stream, ones the pool never sees too: it gives memory back only after
+     * a device-wide wait (release.c), which clears the flag. */
+    bool replayed;
+    size_t segments;           /* its segments */
+    /* Its own allocator (alloc NULL: the device's memory) and PyTorch's
+     * MemPool flags (pool/own_allocator.c). */
+    xsa_mempool_allocator allocator;
+    bool use_on_oom;           /* lends its free blocks to the global pool's misses while in use */
+    bool no_split;             /* never splits a block; unchanged while it holds segments */
+    xsa_free_set free[XSA_POOL_KINDS];
+    /* Released pools a block of which was freed while this pool captured:
+     * the graph may use that memory at every replay, so they keep it until
+     * this pool is released too (mempool.c). */
+    struct xsa_mempool **kept;
+    size_t n_kept, cap_kept;
+    struct xsa_mempool *next;
+} xsa_mempool;
+
+/* Routing of a begin_allocate_to_pool: allocations on streams `filter`
+ * accepts (every stream if NULL) go to mp. */
+typedef struct xsa_route {
+    xsa_mempool *mp;
+    xsa_stream_filter filter;
+    void *ctx;
+    bool capture;              /* a graph capture: no event queries while it lasts */
+} xsa_route;
+
+/* How a segment's blocks split (PyTorch's should_split, decided once per
+ * segment): any rest of at least 512 bytes (small pool, expandable
+ * segments), the classic large rule (below max_split_size, a rest above
+ * 1 MiB), or never (a no_split memory pool). */
+typedef enum { XSA_SPLIT_ANY_REST, XSA_SPLIT_CLASSIC_LARGE, XSA_SPLIT_NEVER } xsa_split_rule;
+
+/* A segment: a cuMemAlloc'd range (classic), or the reserved range of an
+ * expandable segment (one per memory pool, stream and pool kind). */
+typedef struct xsa_seg {
+    xsa_mempool *mp;
+    xsa_free_set *set;         /* mp->free[kind]: one load on the hot paths */
+    xsa_pool_kind kind;
+    xsa_stream stream;
+    bool expandable;
+    uint8_t split;             /* xsa_split_rule: one load on the hot path */
+    uintptr_t base;
+    size_t size;               /* classic: allocation size; expandable: reserved */
+    xsa_block *first;          /* lowest-address block */
+    xsa_segment vm;            /* expandable only */
+    size_t draining_pages;     /* mapped in vm but moved on (pool/recycle): not this segment's memory */
+    struct xsa_seg *prev_seg, *next_seg;
+} xsa_seg;
+
+/* Pages of an expandable segment the pool holds: mapped and not draining. */
+static inline size_t xsa_seg_owned_pages(const xsa_seg *s) { return s->vm.mapped_pages - s->draining_pages; }
+
+/* Events recorded on every segment stream of the device by a growth that
+ * moved pages (pool/sweep.c): the old addresses it left go once all have
+ * completed. Shared by that growth's drains. */
+typedef struct xsa_sweep {
+    xsa_event *events;
+    size_t n_events;
+    size_t pending;            /* events[0, pending) not yet seen complete */
+    size_t drains;             /* drains waiting on it */
+} xsa_sweep;
+
+/* A draining block's old mapping, unmapped once `event` (recorded on its
+ * segment's stream when its pages moved) and its growth's sweep have
+ * completed (pool/recycle.c). */
+typedef struct xsa_drain {
+    xsa_block *block;
+    xsa_event event;
+    xsa_sweep *sweep;
+    struct xsa_drain *next;
+} xsa_drain;
+
+/* An IPC export not yet seen closed or revoked (pool/ipc.c). */
+typedef struct xsa_export {
+    xsa_block *block;
+    xsa_ipc_state *state;      /* shared with the importer */
+    uint64_t id;
+    struct xsa_export *next;
+} xsa_export;
+
+struct xsa_pool {
+    xsa_driver *drv;
+    int device;
+    xsa_pool_options opt;
+    bool expandable;           /* effective (false when the device lacks VMM) */
+    int8_t vmm;                /* the device can map virtual memory: 1, 0, -1 not asked yet */
+    bool ipc;                  /* effective: exportable pages (ipc_handles, unless refused) */
+    xsa_mem_handle probe_left; /* the IPC probe's trial handle if its release failed: released at destroy */
+    int peers[XSA_SEGMENT_MAX_ACCESS - 1]; /* devices granted access to every segment */
+    int n_peers;
+    xsa_export *exports;
+    size_t device_total;
+    size_t allowed_max;        /* memory fraction * device_total */
+    size_t page_size;
+    size_t reserved;           /* bytes mapped or cuMemAlloc'd (PyTorch's total_allocated_memory) */
+    int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
+    xsa_mempool global;        /* the device's own cache */
+    xsa_mempool *mempools;     /* the others, newest first */
+    xsa_route *routes;         /* oldest first; the oldest accepting route wins */
+    int n_routes, cap_routes;
+    int capturing;             /* routes with capture set */
+    /* Blocks freed during capture with uses on other streams: their
+     * events are recorded once no capture is under way (capture.c). */
+    xsa_block **deferred;
+    size_t n_deferred, cap_deferred;
+    struct xsa_capture_reuse *reuse; /* free markers of deferred blocks (capture_reuse.c); NULL: none */
+    uint64_t free_lookups[XSA_POOL_KINDS]; /* get_free_block calls, for GC ages */
+    xsa_ptr_map allocated;
+    xsa_block_cache blocks;
+    xsa_events events;
+    xsa_seg *segments;
+    xsa_drain *drains;         /* newest first */
+    size_t live_blocks;        /* allocated or pending free */
+    xsa_device_stats stats;
+    xsa_pool_listener listener;
+    xsa_observer_fn observer;  /* pool/trace.h; NULL: none */
+    void *observer_ctx;
+};
+
+/* PyTorch's Stat arithmetic (current, peak, allocated, freed); inline
+ * because every malloc and free updates several. */
+static inline void xsa_stat_update(xsa_stat *stat, int64_t amount) {
+    stat->current += amount;
+    if (stat->current > stat->peak) stat->peak = stat->current;
+    if (amount > 0)
+        stat->allocated += amount;
+    else
+        stat->freed -= amount;
+}
+
+/* The stat of a pool kind: XSA_STAT_SMALL_POOL / XSA_STAT_LARGE_POOL follow
+ * XSA_STAT_ALL in the kinds' order. */
+_Static_assert(XSA_STAT_SMALL_POOL == 1 + XSA_POOL_SMALL && XSA_STAT_LARGE_POOL == 1 + XSA_POOL_LARGE,
+               "stat types follow the pool kinds");
+
+/* Which stats a pool kind updates: all + its own. For XSA_STAT_ALL only
+ * current and peak are kept: its allocated and freed are the sums of the
+ * two pools', filled in by xsa_pool_get_stats (a store less for each of
+ * the ~30 updates of a malloc/free pair). */
+static inline void xsa_stat_current(xsa_stat *stat, int64_t amount) {
+    stat->current += amount;
+    if (stat->current > stat->peak) stat->peak = stat->current;
+}
+
+static inline void xsa_stats_update(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
+    xsa_stat_current(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat_update(&stat_by_type[1 + kind], amount);
+}
+
+/* The same for an amount known to be >= 0 (add) or removed (sub): the
+ * sign test and, for sub, the peak test are left out. */
+static inline void xsa_stats_add(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
+    xsa_stat_current(&stat_by_type[XSA_STAT_ALL], amount);
+    xsa_stat *own = &stat_by_type[1 + kind];
+    own->current += amount;
+    own->allocated += amount;
+    if (own->current > own->peak) own->peak = own->current;
+}
+
+static inline void xsa_stats_sub(xsa_stat *stat_by_type, xsa_pool_kind kind, int64_t amount) {
+    stat_by_type[XSA_STAT_ALL].current -= amount;
+    stat_by_type[1 + kind].current -= amount;
+    stat_by_type[1 + kind].freed += amount;
+}
+
+/* The free set of block b's memory pool and kind. */
+static inline xsa_free_set *xsa_free_set_of(const xsa_block *b) { return b->seg->set; }
+
+/* inactive_split counts the free split blocks of classic segments only, as
+ * PyTorch's does: the free pages of an expandable segment can always be
+ * released. Like PyTorch, the hot paths change it once by the net effect
+ * of a split or merge. */
+typedef struct xsa_split_tally {
+    int64_t count, bytes;
+} xsa_split_tally;
+
+/* Adds (sign +1) or takes away (-1) b's share of inactive_split. */
+static inline void xsa_tally(xsa_split_tally *t, const xsa_block *b, int sign) {
+    if (b->seg->expandable || !xsa_block_is_split(b)) return;
+    t->count += sign;
+    t->bytes += sign * (int64_t)b->size;
+}
+
+static inline void xsa_inactive_split_change(xsa_pool *p, xsa_pool_kind kind, xsa_split_tally t) {
+    if (t.count) xsa_stats_update(p->stats.inactive_split, kind, t.count);
+    if (t.bytes) xsa_stats_update(p->stats.inactive_split_bytes, kind, t.bytes);
+}
+
+/* A block becoming free: its age for garbage collection. */
+static inline void xsa_stamp_free(const xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
+
+/* Marks b (out of the free set) allocated, in the pointer map (room was
+ * reserved) and the stats: the end of every malloc and of a restore's
+ * allocations. Inline: it is on the hot path. */
+static inline void xsa_pool_hand_out(xsa_pool *p, xsa_block *b, size_t requested) {
+    xsa_pool_kind kind = b->seg->kind;
+    b->allocated = true;
+    b->requested = requested;
+    b->capture_id = 0; /* malloc stamps it during a capture (pool/capture_reuse.c) */
+    xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
+    p->live_blocks++;
+    xsa_stats_add(p->stats.allocation, kind, 1);
+    xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);
+    xsa_stats_add(p->stats.active, kind, 1);
+    xsa_stats_add(p->stats.active_bytes, kind, (int64_t)b->size);
+    xsa_stats_add(p->stats.requested_bytes, kind, (int64_t)requested);
+    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, 1);
+}
+
+/* The reverse for an allocation being freed (already out of the pointer
+ * map): no longer allocated, out of the allocation stats. It stays
+ * active until xsa_pool_free_block returns it to the cache. */
+static inline void xsa_pool_give_back(xsa_pool *p, xsa_block *b) {
+    xsa_pool_kind kind = b->seg->kind;
+    b->allocated = false;
+    xsa_stats_sub(p->stats.allocation, kind, 1);
+    xsa_stats_sub(p->stats.allocated_bytes, kind, (int64_t)b->size);
+    xsa_stats_sub(p->stats.requested_bytes, kind, (int64_t)b->requested);
+    if (b->size >= p->opt.max_split_size) xsa_stat_update(&p->stats.oversize_allocations, -1);
+}
+
+#endif

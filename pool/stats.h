@@ -1,0 +1,22 @@
+/*
+ * pool/stats: PyTorch's statistics of one pool (the arithmetic is inline
+ * in state.h).
+ */
+#ifndef XSA_POOL_STATS_H
+#define XSA_POOL_STATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool/types.h"
+#include "vmm/driver.h"
+#include "xsalloc/types.h"
+
+void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out);
+void xsa_pool_reset_peak_stats(xsa_pool *p);
+void xsa_pool_reset_accumulated_stats(xsa_pool *p);
+/* The highest allocated bytes seen, peak resets notwithstanding. */
+int64_t xsa_pool_allocated_high(const xsa_pool *p);
+
+#endif

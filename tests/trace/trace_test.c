@@ -1,0 +1,205 @@
+/*
+ * trace_test: the trace loader (benchmarks/trace) on plain and gzip'd files,
+ * its error messages (file, line number, expected form) for every kind of
+ * malformed or inconsistent line, and the bundled traces.
+ *
+ * Files are written into $TEST_TMPDIR (Bazel) or a fresh /tmp directory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "trace/trace.h"
+
+static char tmpdir[512];
+
+static const char *tmp_path(const char *name) {
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    return path;
+}
+
+static const char *write_plain(const char *name, const char *text) {
+    const char *path = tmp_path(name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static const char *write_gzip(const char *name, const char *text) {
+    const char *path = tmp_path(name);
+    gzFile f = gzopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(gzputs(f, text), (int)strlen(text));
+    gzclose(f);
+    return path;
+}
+
+static const char good[] = "# a comment\n"
+                           "a 0 1024 0\n"
+                           "a 1 3145728 1\n"
+                           "\n"
+                           "r 1 2\n"
+                           "f 0\n"
+                           "a 2 512 0\r\n"
+                           "f 1\n"
+                           "a 0 7 0"; /* an id may be reused after its free; no final newline */
+
+static void check_good(const xsa_trace *t) {
+    assert_int_equal(t->n_events, 7);
+    assert_int_equal(t->n_allocs, 4);
+    assert_int_equal(t->n_frees, 2);
+    assert_int_equal(t->n_records, 1);
+    assert_int_equal(t->n_ids, 3);
+    assert_int_equal(t->n_streams, 3);
+    const xsa_trace_event *e = t->events;
+    assert_int_equal(e[0].kind, XSA_TRACE_ALLOC);
+    assert_int_equal(e[0].bytes, 1024);
+    assert_int_equal(e[0].line, 2);
+    assert_int_equal(e[1].bytes, 3145728);
+    assert_int_equal(e[1].stream, 1);
+    assert_int_equal(e[2].kind, XSA_TRACE_RECORD);
+    assert_int_equal(e[2].id, 1);
+    assert_int_equal(e[2].stream, 2);
+    assert_int_equal(e[2].line, 5);
+    assert_int_equal(e[3].kind, XSA_TRACE_FREE);
+    assert_int_equal(e[4].bytes, 512);
+    assert_int_equal(e[6].line, 9);
+    assert_int_equal(e[6].bytes, 7);
+}
+
+static void test_plain(void **state) {
+    (void)state;
+    xsa_trace t;
+    char err[256] = "";
+    assert_int_equal(xsa_trace_load(write_plain("good.trace", good), &t, err, sizeof err), 0);
+    check_good(&t);
+    xsa_trace_free(&t);
+}
+
+static void test_gzip(void **state) {
+    (void)state;
+    xsa_trace t;
+    char err[256] = "";
+    assert_int_equal(xsa_trace_load(write_gzip("good.trace.gz", good), &t, err, sizeof err), 0);
+    check_good(&t);
+    xsa_trace_free(&t);
+}
+
+static void test_missing_file(void **state) {
+    (void)state;
+    xsa_trace t;
+    char err[256] = "";
+    assert_int_equal(xsa_trace_load(tmp_path("nope.trace.gz"), &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "nope.trace.gz"));
+    assert_null(t.events);
+}
+
+/* Two good lines, then `bad` on line 3: the error names file:3 and `want`. */
+static void expect_error(const char *bad, const char *want) {
+    char text[256], err[512] = "";
+    snprintf(text, sizeof text, "a 0 100 0\na 1 200 0\n%s\nf 0\n", bad);
+    xsa_trace t;
+    const char *path = write_plain("bad.trace", text);
+    assert_int_equal(xsa_trace_parse(path, text, strlen(text), &t, err, sizeof err), -1);
+    char where[1100];
+    snprintf(where, sizeof where, "%s:3: ", path);
+    if (strncmp(err, where, strlen(where)) != 0 || !strstr(err, want))
+        fail_msg("line '%s': got error '%s', wanted '%s' and '%s'", bad, err, where, want);
+    assert_null(t.events);
+    assert_int_equal(t.n_events, 0);
+}
+
+static void test_malformed(void **state) {
+    (void)state;
+    expect_error("x 2 100 0", "expected an event 'a', 'f' or 'r'");
+    expect_error("a 2 100", "expected 'a <id> <bytes> <stream>'");
+    expect_error("a 2 100 0 5", "expected 'a <id> <bytes> <stream>'");
+    expect_error("a two 100 0", "got 'a two 100 0'");
+    expect_error("a -2 100 0", "expected 'a <id>");
+    expect_error("a2 100 0", "expected 'a <id>");
+    expect_error("a 2 99999999999999999999999 0", "expected 'a <id>");
+    expect_error("a 2 100 256", "streams below 256");
+    expect_error("a 99999999999 100 0", "ids below");
+    expect_error("f", "expected 'f <id>'");
+    expect_error("f 1 0", "expected 'f <id>'");
+    expect_error("r 1", "expected 'r <id> <stream>'");
+    expect_error("r 1 2 3", "expected 'r <id> <stream>'");
+}
+
+static void test_inconsistent(void **state) {
+    (void)state;
+    expect_error("f 7", "free of id 7, which was never allocated");
+    expect_error("a 1 300 0", "double allocation of id 1 (still live from line 2)");
+    expect_error("r 9 1", "record_stream of id 9, which was never allocated");
+
+    const char text[] = "a 0 1 0\nf 0\nf 0\n";
+    char err[256] = "";
+    xsa_trace t;
+    assert_int_equal(xsa_trace_parse("x", text, strlen(text), &t, err, sizeof err), -1);
+    assert_string_equal(err, "x:3: free of id 0, which was allocated at line 1 and already freed at line 2");
+    const char rec[] = "a 0 1 0\nf 0\nr 0 1\n";
+    assert_int_equal(xsa_trace_parse("y", rec, strlen(rec), &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "y:3: record_stream of id 0"));
+}
+
+/* Event counts from benchmarks/traces/README.md; every allocation is on stream 0. */
+static void check_bundled(const char *name, size_t events) {
+    char path[256], err[512] = "";
+    snprintf(path, sizeof path, "benchmarks/traces/%s.trace.gz", name);
+    xsa_trace t;
+    if (xsa_trace_load(path, &t, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(t.n_events, events);
+    assert_int_equal(t.n_allocs + t.n_frees, events);
+    assert_int_equal(t.n_records, 0);
+    assert_int_equal(t.n_streams, 1);
+    assert_true(t.n_frees < t.n_allocs); /* a handful stay live */
+    xsa_trace_free(&t);
+}
+
+static void test_bundled(void **state) {
+    (void)state;
+    check_bundled("gpt2_varlen", 75851);
+    check_bundled("resnet_varbatch", 54267);
+}
+
+/* benchmarks/traces/synthetic_multistream.trace.gz: gen_trace --seed 1
+ * --events 20000 --streams 3. */
+static void test_synthetic(void **state) {
+    (void)state;
+    xsa_trace t;
+    char err[512] = "";
+    if (xsa_trace_load("benchmarks/traces/synthetic_multistream.trace.gz", &t, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(t.n_events, 20000);
+    assert_int_equal(t.n_streams, 3);
+    assert_true(t.n_records > 1000);
+    assert_true(t.n_frees > 1000);
+    xsa_trace_free(&t);
+}
+
+int main(void) {
+    const char *base = getenv("TEST_TMPDIR");
+    if (base) {
+        snprintf(tmpdir, sizeof tmpdir, "%s", base);
+    } else {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/trace_test.XXXXXX");
+        if (!mkdtemp(tmpdir)) return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain),        cmocka_unit_test(test_gzip),
+        cmocka_unit_test(test_missing_file), cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_inconsistent), cmocka_unit_test(test_bundled),
+        cmocka_unit_test(test_synthetic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
