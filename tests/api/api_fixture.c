@@ -53,3 +53,15 @@ void xsa_fixture_shutdown_and_expect_empty(void) {
     xsa_shutdown();
     xsa_fixture_expect_sim_empty();
 }
+
+int xsa_fixture_two_devices(void **state) {
+    (void)state;
+    xsa_fixture_use_sim(2, (size_t)1 << 30);
+    return 0;
+}
+
+int xsa_fixture_teardown(void **state) {
+    (void)state;
+    xsa_fixture_shutdown_and_expect_empty();
+    return 0;
+}

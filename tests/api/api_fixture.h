@@ -52,4 +52,9 @@ int xsa_fixture_open_fds(void);
 /* xsa_shutdown, then xsa_fixture_expect_sim_empty (tests/sim/sim_empty.h). */
 void xsa_fixture_shutdown_and_expect_empty(void);
 
+/* The cases' usual cmocka setup and teardown: two simulated devices of
+ * 1 GiB; xsa_fixture_shutdown_and_expect_empty. */
+int xsa_fixture_two_devices(void **state);
+int xsa_fixture_teardown(void **state);
+
 #endif

@@ -21,18 +21,6 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
-static int setup(void **state) {
-    (void)state;
-    xsa_fixture_use_sim(2, 1 * GiB);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    xsa_fixture_shutdown_and_expect_empty();
-    return 0;
-}
-
 
 static void test_bad_config_names_key_and_value(void **state) {
     (void)state;
@@ -282,7 +270,7 @@ static void test_shutdown_returns_live_memory(void **state) {
     OK(xsa_malloc(&p, 8 * MiB, 0, NULL));
     OK(xsa_record_stream(p, (void *)0x99));
     OK(xsa_malloc(&p, 4 * MiB, 1, NULL));
-    /* teardown checks that the simulated driver holds nothing afterwards. */
+    /* xsa_fixture_teardown checks that the simulated driver holds nothing afterwards. */
 }
 
 #define THREADS 4
@@ -375,19 +363,19 @@ static void test_checkpoint_and_restore(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_bad_config_names_key_and_value, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_size_zero_null_and_bad_pointers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_device_and_arguments, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_oom_carries_report_and_changes_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_oom_report_is_pytorchs_text, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memory_fraction_before_and_after_first_use, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memory_fraction_zero, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memory_fraction_read_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_devices_are_separate, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_vmm_falls_back_to_classic, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shutdown_returns_live_memory, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_checkpoint_and_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_config_names_key_and_value, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_size_zero_null_and_bad_pointers, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_device_and_arguments, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_oom_carries_report_and_changes_nothing, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_oom_report_is_pytorchs_text, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_memory_fraction_before_and_after_first_use, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_memory_fraction_zero, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_memory_fraction_read_back, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_devices_are_separate, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_no_vmm_falls_back_to_classic, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_shutdown_returns_live_memory, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_threads, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoint_and_restore, xsa_fixture_two_devices, xsa_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

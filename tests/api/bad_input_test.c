@@ -34,12 +34,6 @@ static int setup(void **state) {
     return 0;
 }
 
-static int teardown(void **state) {
-    (void)state;
-    xsa_fixture_shutdown_and_expect_empty();
-    return 0;
-}
-
 /* Initialises, allocates the live buffer and records the state. */
 static void start(void) {
     assert_int_equal(xsa_init(NULL), XSA_SUCCESS);
@@ -228,13 +222,13 @@ static void test_every_malformed_config(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_null_free_is_a_noop, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_frees, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_record_stream_on_bad_pointers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_sizes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_devices, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_every_malformed_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_null_free_is_a_noop, setup, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_frees, setup, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_record_stream_on_bad_pointers, setup, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_sizes, setup, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_devices, setup, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_arguments, setup, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_every_malformed_config, setup, xsa_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

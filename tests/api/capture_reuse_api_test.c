@@ -39,12 +39,6 @@ static void expect_no_violation(void) {
     if (v.unmapped_in_use || v.races || v.bad_launches || v.failed_captures) fail_msg("%s", v.first);
 }
 
-static int teardown(void **state) {
-    (void)state;
-    xsa_fixture_shutdown_and_expect_empty();
-    return 0;
-}
-
 /* ---- PyTorch's two-stream case through torch's entry points ---- */
 
 static void *torch_malloc(void *stream) {
@@ -238,9 +232,9 @@ static void test_threads_capture_at_once(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_key_from_the_settings, teardown),
-        cmocka_unit_test_teardown(test_key_at_run_time, teardown),
-        cmocka_unit_test_teardown(test_threads_capture_at_once, teardown),
+        cmocka_unit_test_teardown(test_key_from_the_settings, xsa_fixture_teardown),
+        cmocka_unit_test_teardown(test_key_at_run_time, xsa_fixture_teardown),
+        cmocka_unit_test_teardown(test_threads_capture_at_once, xsa_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,18 +59,6 @@ static void fake_release(void *ctx) { ((fake *)ctx)->releases++; }
 
 static xsa_mempool_allocator fake_pair(fake *f) { return (xsa_mempool_allocator){fake_alloc, fake_free, fake_release, f}; }
 
-static int setup(void **state) {
-    (void)state;
-    xsa_fixture_use_sim(2, 1 * GiB);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    xsa_fixture_shutdown_and_expect_empty();
-    return 0;
-}
-
 static int uses(int device, xsa_mempool_id id) {
     int n = -1;
     OK(xsa_mempool_use_count(device, id, &n));
@@ -260,9 +248,9 @@ static void test_threads_share_a_lending_pool(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_calls_and_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deleted_pools_lend_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_threads_share_a_lending_pool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calls_and_errors, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_deleted_pools_lend_nothing, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_threads_share_a_lending_pool, xsa_fixture_two_devices, xsa_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

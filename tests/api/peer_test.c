@@ -47,12 +47,6 @@ static int setup(void **state) {
     return 0;
 }
 
-static int teardown(void **state) {
-    (void)state;
-    xsa_fixture_shutdown_and_expect_empty();
-    return 0;
-}
-
 
 static void *alloc(size_t size, int device, void *stream) {
     void *p = NULL;
@@ -188,7 +182,7 @@ static void test_driver_failure_then_retry(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, xsa_fixture_teardown)
         T(test_peer_access_now_and_on_grow),
         T(test_recycled_pages_keep_peer_access),
         T(test_refused_when_hardware_cannot),

@@ -27,18 +27,6 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
-static int setup(void **state) {
-    (void)state;
-    xsa_fixture_use_sim(2, 1 * GiB);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    xsa_fixture_shutdown_and_expect_empty();
-    return 0;
-}
-
 static xsa_settings settings(void) {
     xsa_settings s;
     OK(xsa_get_settings(&s));
@@ -275,14 +263,14 @@ static void test_changes_race_allocations(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_reset_and_kept_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_honoured_keys_take_effect, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_expandable_segments_off_and_on, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fixed_keys_refused_by_name, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_expandable_off_refused_while_peer_access, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_driver_failure_changes_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_change_is_reported, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_changes_race_allocations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reset_and_kept_keys, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_honoured_keys_take_effect, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_expandable_segments_off_and_on, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_fixed_keys_refused_by_name, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_expandable_off_refused_while_peer_access, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_driver_failure_changes_nothing, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_change_is_reported, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_changes_race_allocations, xsa_fixture_two_devices, xsa_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

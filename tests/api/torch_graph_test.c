@@ -44,12 +44,6 @@ static int setup_classic(void **state) {
     return 0;
 }
 
-static int teardown(void **state) {
-    (void)state;
-    xsa_fixture_shutdown_and_expect_empty();
-    return 0;
-}
-
 static void begin_capture(void *stream) { DRV_OK(XSA_DRV(xsa_active_driver(), stream_begin_capture, stream)); }
 
 static void end_capture(void *stream) {
@@ -160,8 +154,8 @@ static void test_misuse_is_reported(void **state) {
     torch_free(p, S1);
 }
 
-#define BOTH(fn) cmocka_unit_test_setup_teardown(fn, setup_expandable, teardown), \
-                 cmocka_unit_test_setup_teardown(fn, setup_classic, teardown)
+#define BOTH(fn) cmocka_unit_test_setup_teardown(fn, setup_expandable, xsa_fixture_teardown), \
+                 cmocka_unit_test_setup_teardown(fn, setup_classic, xsa_fixture_teardown)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
