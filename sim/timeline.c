@@ -138,28 +138,23 @@ xsa_cu_result xsa_sim_tl_stream_query(xsa_stream stream) {
 
 /* Timeline: the CPU waits for the stream's last work. Work without a time
  * (manual mode) is completed, as the tests always had it. */
-xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream) {
-    size_t i = stream_index(stream);
-    if (i == S.streams.n || !has_pending(&S.streams.v[i])) return XSA_CU_SUCCESS;
-    sim_stream *st = &S.streams.v[i];
+static void wait_for(sim_stream *st) {
+    if (!has_pending(st)) return;
     uint64_t t = tail_time(st);
     if (t == SIM_NEVER) complete_stream(st);
     else advance_to(t);
+}
+
+xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream) {
+    size_t i = stream_index(stream);
+    if (i < S.streams.n) wait_for(&S.streams.v[i]);
     return XSA_CU_SUCCESS;
 }
 
 /* Timeline: the CPU waits for every stream's last work (manual mode:
  * completed at once). */
 void xsa_sim_tl_synchronize_all(void) {
-    uint64_t last = 0;
-    for (size_t i = 0; i < S.streams.n; i++) {
-        sim_stream *st = &S.streams.v[i];
-        if (!has_pending(st)) continue;
-        uint64_t t = tail_time(st);
-        if (t == SIM_NEVER) complete_stream(st);
-        else if (t > last) last = t;
-    }
-    if (last) advance_to(last);
+    for (size_t i = 0; i < S.streams.n; i++) wait_for(&S.streams.v[i]);
 }
 
 xsa_cu_result xsa_sim_tl_event_create(xsa_event *event, int device) {
