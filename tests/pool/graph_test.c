@@ -524,13 +524,18 @@ static xsa_graph_exec capture_chain(xsa_pool *p, xsa_mempool_id id, void **b, bo
     return exec;
 }
 
+/* No kernel on unmapped memory, bad launch, race or failed capture so far. */
+static void expect_no_violation(const char *when) {
+    xsa_sim_violations v;
+    xsa_sim_get_violations(&v);
+    if (v.unmapped_in_use || v.bad_launches || v.races || v.failed_captures) fail_msg("%s: %s", when, v.first);
+}
+
 static void replay(xsa_pool *p, xsa_graph_exec exec) {
     assert_int_equal(XSA_DRV(drv, graph_launch, exec, S1), XSA_CU_SUCCESS);
     xsa_sim_complete_all();
     CHECK(p);
-    xsa_sim_violations v;
-    xsa_sim_get_violations(&v);
-    if (v.unmapped_in_use || v.bad_launches || v.races || v.failed_captures) fail_msg("replay: %s", v.first);
+    expect_no_violation("replay");
 }
 
 static void destroy_graph(xsa_graph_exec exec, xsa_graph graph) {
@@ -618,10 +623,7 @@ static void release_while_replaying_elsewhere(bool expandable) {
         if (!expandable) pool_drop(p, g); /* the warm-up's use */
         CHECK(p);
         assert_int_equal(held_by(p, g), 0);
-        xsa_sim_violations v;
-        xsa_sim_get_violations(&v);
-        if (v.unmapped_in_use || v.bad_launches || v.races || v.failed_captures)
-            fail_msg("round %d: %s", (int)round, v.first);
+        expect_no_violation("after the release");
     }
     xsa_sim_complete_all();
     teardown(p);
