@@ -17,6 +17,7 @@
 
 #include "api/devices.h"
 #include "api/errors.h"
+#include "api/helper.h"
 #include "api/ipc.h"
 #include "api/ipc_share.h"
 #include "api/lag_probe.h"
@@ -38,6 +39,7 @@ static _Thread_local int current_device;
 
 xsa_status xsa_shutdown(void) {
     if (xsa_devices_hold_startup()) {
+        xsa_helper_stop(); /* it works on the pools */
         xsa_lag_probe_stop();
         xsa_ipc_close_all();
         xsa_devices_stop();

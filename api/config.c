@@ -64,6 +64,8 @@
  * pinned_max_cached_size_mb      | integer >= 0                    |          | accepted and ignored (2)
  * pinned_free_catch_all          | True / False                    | False    | accepted and ignored (2)
  * graph_capture_record_stream_reuse | True / False                 | False    | pool.capture_reuse (3)
+ * helper_thread                  | True / False                    | False    | pool.helper_thread (xsalloc's own key) (8)
+ * page_decay_ms                  | integer, 0 <= x <= 3600000 (ms) | 0 (off)  | pool.page_decay_ms (xsalloc's own key) (8)
  * throw_on_cudamalloc_oom        | True / False                    | False    | accepted and ignored (4)
  * expandable_segments_reserve    | -                               |          | REJECTED (5)
  * expandable_segments_reserve_by_class | -                         |          | REJECTED (5)
@@ -93,6 +95,10 @@
  * (7) Both need expandable segments: True together with
  *     expandable_segments:False is an error (in either order), rather than
  *     a setting silently without effect.
+ * (8) Decay purging runs on the helper thread only (never on the
+ *     allocation path): page_decay_ms above 0 with helper_thread:False is
+ *     an error; helper_thread:False without page_decay_ms turns decay off.
+ *     Both defaults follow XSA_HELPER_BY_DEFAULT (pool/options.h).
  *
  * Deviations from PyTorch's ranges: roundup_power2_divisions:0
  * (single-value form, refused by PyTorch) is accepted and means "no
@@ -145,6 +151,8 @@
 #define LARGE_SEGMENT_MB 20u
 /* PyTorch's pinned_max_register_threads(). */
 #define PINNED_MAX_REGISTER_THREADS 128u
+/* The longest page_decay_ms: an hour. */
+#define MAX_DECAY_MS 3600000u
 /* Longest value echoed in a message. */
 #define SHOW_MAX 96
 
@@ -339,6 +347,8 @@ typedef enum key_id {
     K_EXPANDABLE_SEGMENTS_RESERVE_BY_CLASS,
     K_EXPANDABLE_SEGMENTS_HANDLE_TYPE,
     K_EXPANDABLE_HANDLE_MB,
+    K_HELPER_THREAD,
+    K_PAGE_DECAY_MS,
     K_COUNT
 } key_id;
 
@@ -352,6 +362,8 @@ static const struct {
     {"peer_access", K_PEER_ACCESS},
     {"ipc_handles", K_IPC_HANDLES},
     {"expandable_handle_mb", K_EXPANDABLE_HANDLE_MB},
+    {"helper_thread", K_HELPER_THREAD},
+    {"page_decay_ms", K_PAGE_DECAY_MS},
     {"max_split_size_mb", K_MAX_SPLIT_SIZE_MB},
     {"max_non_split_rounding_mb", K_MAX_NON_SPLIT_ROUNDING_MB},
     {"roundup_power2_divisions", K_ROUNDUP_POWER2_DIVISIONS},
@@ -515,6 +527,15 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_PEER_ACCESS: return get_bool(ps, key, val, &o->peer_access);
     case K_IPC_HANDLES: return get_bool(ps, key, val, &o->ipc_handles);
     case K_GRAPH_CAPTURE_RECORD_STREAM_REUSE: return get_bool(ps, key, val, &o->capture_reuse);
+    case K_HELPER_THREAD: return get_bool(ps, key, val, &o->helper_thread);
+
+    case K_PAGE_DECAY_MS: {
+        const char *acc = "an integer number of milliseconds from 0 (off) to 3600000, e.g. 500";
+        if (!get_u64(ps, key, val, acc, &u)) return 0;
+        if (u > MAX_DECAY_MS) return bad_value(ps, key, val, "is too large", acc);
+        o->page_decay_ms = (uint32_t)u;
+        return 1;
+    }
 
     case K_MAX_SPLIT_SIZE_MB:
     case K_MAX_NON_SPLIT_ROUNDING_MB:
@@ -618,7 +639,7 @@ const char *xsa_config_env(const char **text) {
 
 #define ACCEPT_KEYS                                                                                        \
     "expandable_segments, page_recycling, page_recycling_headroom, peer_access, ipc_handles, "             \
-    "expandable_handle_mb, max_split_size_mb, "                                                            \
+    "expandable_handle_mb, helper_thread, page_decay_ms, max_split_size_mb, "                              \
     "max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, "                  \
     "per_process_memory_fraction, backend, or a "                                                          \
     "PyTorch compatibility key listed in docs/configuration.md"
@@ -716,6 +737,15 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
         p = skip_ws(p + 1, end); /* a single trailing comma ends the loop here */
     }
 
+    /* Decay runs on the helper thread only; turning the helper off turns
+     * the default decay off with it. */
+    if (!cfg.pool.helper_thread && cfg.pool.page_decay_ms) {
+        if (seen[K_PAGE_DECAY_MS])
+            return fail(&ps, "key 'page_decay_ms' value '%.*s' needs the helper thread, but helper_thread is False; "
+                             "accepted: page_decay_ms:0, or helper_thread:True",
+                        (int)seen_val[K_PAGE_DECAY_MS].n, seen_val[K_PAGE_DECAY_MS].b);
+        cfg.pool.page_decay_ms = 0;
+    }
     const char *needs_expandable = cfg.pool.peer_access ? "peer_access" : cfg.pool.ipc_handles ? "ipc_handles" : NULL;
     if (!cfg.pool.expandable_segments && needs_expandable)
         return fail(&ps, "key '%s' value 'True' needs expandable segments, but expandable_segments is False; "

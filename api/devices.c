@@ -22,6 +22,7 @@
 #include "api/errors.h"
 #include "api/lag_probe.h"
 #include "api/ranges.h"
+#include "pool/jobs.h"
 #include "pool/pool.h"
 #include "pool/settings.h"
 #include "pool/trace.h"
@@ -38,6 +39,7 @@ static struct {
     const char *conf_source;   /* see xsa_api_conf_source */
     char *conf_text;           /* a copy: the environment may change */
     xsa_observer_fn observer;  /* what new pools get (xsa_devices_set_observer) */
+    void (*helper_wake)(void *ctx, int device); /* what new pools get (xsa_devices_set_helper_wake) */
     /* The strings given at run time (xsa_api_change_options), one copy of
      * each, kept until xsa_shutdown as xsa_settings promises; the last. */
     char **texts;
@@ -196,6 +198,7 @@ xsa_status xsa_devices_create_pool(int device) {
     if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
     xsa_pool_set_listener(s->pool, &(xsa_pool_listener){range_reserved, range_released, NULL});
     xsa_pool_set_observer(s->pool, g.observer, NULL);
+    xsa_pool_set_helper(s->pool, g.helper_wake, NULL);
     return XSA_SUCCESS;
 }
 
@@ -304,6 +307,12 @@ void xsa_devices_set_observer(xsa_observer_fn fn) {
     g.observer = fn;
     for (int d = 0; d < xsa_devices.devices; d++)
         if (xsa_devices.slot[d].pool) xsa_pool_set_observer(xsa_devices.slot[d].pool, fn, NULL);
+}
+
+void xsa_devices_set_helper_wake(void (*wake)(void *ctx, int device)) {
+    g.helper_wake = wake;
+    for (int d = 0; d < xsa_devices.devices; d++)
+        if (xsa_devices.slot[d].pool) xsa_pool_set_helper(xsa_devices.slot[d].pool, wake, NULL);
 }
 
 bool xsa_devices_hold_startup(void) {

@@ -121,6 +121,10 @@ xsa_status xsa_api_change_options(xsa_options_merge merge, void *ctx, const char
  * none). Called with every device's lock held (observe.c). */
 void xsa_devices_set_observer(xsa_observer_fn fn);
 
+/* The wake callback every pool gets for the helper thread (pool/jobs.h),
+ * from now on and at its creation: api/helper.c's, set at load time. */
+void xsa_devices_set_helper_wake(void (*wake)(void *ctx, int device));
+
 /* Shutdown, in steps around what the layers above close first (imports,
  * the lag probe): hold takes the start-up lock and says whether xsalloc is
  * initialised; stop (with it held) destroys every pool, forgets the address

@@ -13,7 +13,8 @@
  *  - KEPT: a key not given keeps its value; given, it applies from the
  *    next request on (expandable_segments, as in PyTorch, decides where
  *    new memory goes; graph_capture_record_stream_reuse from the next
- *    free or malloc, blocks already waiting keep waiting);
+ *    free or malloc, blocks already waiting keep waiting; helper_thread
+ *    and page_decay_ms from the helper thread's next round);
  *  - FIXED: set once, when the pools are made (peer grants, exportable
  *    pages, handle sizes, the memory fraction of each device): given with
  *    another value than the one in use, the call fails naming the key and
@@ -31,6 +32,7 @@
 #include "api/config.h"
 #include "api/errors.h"
 #include "api/devices.h"
+#include "api/helper.h"
 
 typedef enum { RESET, KEPT, FIXED } change_rule;
 
@@ -51,6 +53,8 @@ static const struct {
     {"page_recycling_headroom", FIELD(page_recycling_headroom), KEPT, NULL},
     {"max_non_split_rounding_mb", FIELD(max_non_split_rounding), KEPT, NULL},
     {"graph_capture_record_stream_reuse", FIELD(capture_reuse), KEPT, NULL},
+    {"helper_thread", FIELD(helper_thread), KEPT, NULL},
+    {"page_decay_ms", FIELD(page_decay_ms), KEPT, NULL},
     {"peer_access", FIELD(peer_access), FIXED, "xsa_enable_peer_access grants a device at run time"},
     {"ipc_handles", FIELD(ipc_handles), FIXED, "set it in XSALLOC_CONF before the process starts"},
     {"expandable_handle_mb", FIELD(handle_size), FIXED, "set it in XSALLOC_CONF before the process starts"},
@@ -80,7 +84,16 @@ static xsa_status merge(const xsa_pool_options *current, xsa_pool_options *next,
                             ctx->fn, keys[i].key, keys[i].instead);
         if (keys[i].rule != RESET && !gave) memcpy(to, from, keys[i].size);
     }
-    /* The rule config.c applies to one string, across old and new. */
+    /* The rules config.c applies to one string, across old and new: decay
+     * runs on the helper thread only, and turning the helper off without
+     * naming page_decay_ms turns decay off with it. */
+    if (!next->helper_thread && next->page_decay_ms) {
+        if (xsa_config_gave(ctx->given, "page_decay_ms"))
+            return xsa_fail(XSA_ERROR_NOT_SUPPORTED,
+                            "%s: key 'page_decay_ms' cannot be above 0 while helper_thread is False (decay runs on "
+                            "the helper thread)", ctx->fn);
+        next->page_decay_ms = 0;
+    }
     const char *needs = next->peer_access ? "peer_access" : next->ipc_handles ? "ipc_handles" : NULL;
     if (needs && !next->expandable_segments)
         return xsa_fail(XSA_ERROR_NOT_SUPPORTED,
@@ -124,5 +137,8 @@ xsa_status xsa_set_allocator_settings(const char *conf) {
     merge_ctx ctx = {&given, fn};
     xsa_status st = xsa_api_change_options(merge, &ctx, conf);
     if (st == XSA_SUCCESS && given.ignored[0]) name_ignored(given.ignored);
+    /* With the helper on, it looks at the pools' new settings (decay). */
+    xsa_pool_options now;
+    if (st == XSA_SUCCESS && (xsa_api_options(&now), now.helper_thread)) xsa_helper_wake(NULL, -1);
     return st;
 }

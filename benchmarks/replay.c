@@ -1,7 +1,8 @@
 /*
  * replay: replays one trace through xsalloc and prints one JSON line.
  *
- *   bazel run //benchmarks:replay -- [--driver sim|cuda] [--conf STR] [--series FILE] [--gpu-lag N] TRACE
+ *   bazel run //benchmarks:replay -- [--driver sim|cuda] [--conf STR] [--series FILE] [--gpu-lag N]
+ *                                    [--event-us N] TRACE
  *
  * Design: this command line and the JSON line (the last line of stdout,
  * fields listed in benchmarks/README.md) are a fixed interface that other
@@ -22,22 +23,24 @@
 #define LONG_TRACE 100000 /* events from which progress is printed */
 
 typedef struct args {
-    const char *driver, *conf, *series, *gpu_lag, *trace;
+    const char *driver, *conf, *series, *gpu_lag, *event_us, *trace;
     int64_t lag;
+    uint64_t event_ns;
 } args;
 
 static int usage(const char *why) {
     fprintf(stderr, "replay: %s\nusage: replay [--driver sim|cuda] [--conf 'XSALLOC_CONF string'] "
-                    "[--series FILE] [--gpu-lag N] TRACE\n", why);
+                    "[--series FILE] [--gpu-lag N] [--event-us N] TRACE\n", why);
     return 2;
 }
 
 static int parse_args(int argc, char **argv, args *a) {
     const xsa_cli_option opts[] = {
         {"--driver", &a->driver}, {"--conf", &a->conf}, {"--series", &a->series}, {"--gpu-lag", &a->gpu_lag},
+        {"--event-us", &a->event_us},
     };
     int n = 0;
-    switch (xsa_cli_parse(argc, argv, opts, 4, &a->trace, 1, &n)) {
+    switch (xsa_cli_parse(argc, argv, opts, 5, &a->trace, 1, &n)) {
     case XSA_CLI_OK: break;
     case XSA_CLI_UNKNOWN: return usage("unknown option");
     case XSA_CLI_NO_VALUE: return usage("an option needs a value");
@@ -49,6 +52,10 @@ static int parse_args(int argc, char **argv, args *a) {
     if (a->gpu_lag && !xsa_cli_count(a->gpu_lag, 0, INT64_MAX, &lag))
         return usage("--gpu-lag is a number of trace events, 0 or more");
     a->lag = lag;
+    long long us = 0;
+    if (a->event_us && !xsa_cli_count(a->event_us, 1, 1000000000, &us))
+        return usage("--event-us is the trace time of an event in microseconds, 1 or more");
+    a->event_ns = (uint64_t)us * 1000u;
     return 0;
 }
 
@@ -94,6 +101,14 @@ static void print_json(const char *name, const char *conf, const xsa_replay_resu
     /* The simulated driver's H100 estimate of the calls; none from a real driver. */
     if (strcmp(r->driver, "sim") == 0) printf(", \"est_h100_driver_ms\": %.3f", r->est_h100_driver_ns / 1e6);
     else printf(", \"est_h100_driver_ms\": null");
+    /* Trace time and the helper thread's share of the calls (0 without it). */
+    printf(", \"event_us\": %.1f, \"reserved_gb_s\": %.4f, \"helper_calls\": [%llu, %llu, %llu, %llu, %llu]",
+           r->event_ns / 1e3, r->reserved_gb_s, (unsigned long long)r->helper_calls[XSA_DRV_mem_create],
+           (unsigned long long)r->helper_calls[XSA_DRV_mem_map], (unsigned long long)r->helper_calls[XSA_DRV_mem_unmap],
+           (unsigned long long)r->helper_calls[XSA_DRV_mem_release],
+           (unsigned long long)r->helper_calls[XSA_DRV_mem_set_access]);
+    if (strcmp(r->driver, "sim") == 0) printf(", \"helper_est_h100_ms\": %.3f", r->helper_est_h100_ns / 1e6);
+    else printf(", \"helper_est_h100_ms\": null");
     /* Every entry point called in the loop: {"name": [calls, microseconds]}. */
     printf(", \"driver_calls_us\": {");
     const char *sep = "";
@@ -118,7 +133,8 @@ static int run(const args *a, const char *trace_path, FILE *series) {
         fprintf(stderr, "replay: %s: %zu events loaded in %.2f s, replaying...\n", trace_path,
                 t.n_events, now_s() - t0);
     xsa_replay_result r;
-    xsa_replay_options o = {.driver = a->driver, .conf = a->conf, .series = series, .gpu_lag = a->lag};
+    xsa_replay_options o = {
+        .driver = a->driver, .conf = a->conf, .series = series, .gpu_lag = a->lag, .event_ns = a->event_ns};
     int rc = xsa_replay(&t, &o, &r, err, sizeof err);
     xsa_trace_free(&t);
     if (rc) {

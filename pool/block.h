@@ -5,7 +5,9 @@
  * queued work may still use this one, so it belongs to nobody until
  * pool/recycle unmaps it). The blocks of a segment tile it exactly and are
  * linked by prev/next in address order. Block records are recycled through
- * a free list so that the cache-hit path never calls malloc.
+ * a free list so that the cache-hit path never calls malloc. A helper job
+ * (pool/jobs.c) may hold a draining or unmapped block while it unmaps or
+ * maps its pages outside the device's lock.
  */
 #ifndef XSA_POOL_BLOCK_H
 #define XSA_POOL_BLOCK_H
@@ -35,6 +37,10 @@ typedef struct xsa_block {
     bool in_free_set;
     bool draining;           /* mapped, but its pages moved on (pool/recycle): not the pool's memory */
     bool capture_deferred;   /* freed during capture with other stream uses: waits for the capture's end */
+    /* A helper job holds it (pool/jobs.c): pages being released by decay
+     * or an old mapping being unmapped (both draining), or an unmapped
+     * range being mapped ahead of a growth; never merged or chosen meanwhile. */
+    bool held;
     uint64_t capture_id;     /* the capture it was handed out in (capture_reuse on), else 0 */
     int event_count;         /* record_stream events still outstanding after free */
     int ipc_exports;         /* IPC exports not yet seen closed or revoked: the block is pinned */

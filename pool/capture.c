@@ -20,6 +20,7 @@
 #include "pool/capture_reuse.h"
 #include "pool/core.h"
 #include "pool/events.h"
+#include "pool/jobs.h"
 #include "pool/mempool.h"
 #include "pool/release.h"
 #include "pool/state.h"
@@ -140,6 +141,9 @@ xsa_pool_status xsa_pool_empty_cache(xsa_pool *p, char *err, size_t errlen) {
     /* Releasing waits for events and synchronizes streams: not during a
      * capture (PyTorch's would fail the capture). */
     if (p->capturing) return XSA_POOL_OK;
-    xsa_pool_status st = p->n_deferred ? flush_deferred(p, err, errlen) : XSA_POOL_OK;
+    /* A failure of the helper thread's is reported here too (pool/jobs.h). */
+    xsa_pool_status st = p->attend ? xsa_pool_attend(p, err, errlen) : XSA_POOL_OK;
+    if (st != XSA_POOL_OK) return st;
+    st = p->n_deferred ? flush_deferred(p, err, errlen) : XSA_POOL_OK;
     return st == XSA_POOL_OK ? xsa_release_cached(p, err, errlen) : st;
 }

@@ -12,6 +12,7 @@
 #include "pool/block.h"
 #include "pool/capture_reuse.h"
 #include "pool/core.h"
+#include "pool/decay.h"
 #include "pool/free_set.h"
 #include "pool/mempool.h"
 #include "pool/ptr_map.h"
@@ -26,6 +27,7 @@ typedef struct recount {
     size_t free_blocks[XSA_POOL_KINDS], free_bytes[XSA_POOL_KINDS];
     size_t pending_events, live_blocks, oversize_allocations, oversize_segments, blocks, ipc_exports;
     size_t draining_blocks, draining_pages; /* the latter of the segment being checked */
+    size_t held_blocks;       /* of the segment being checked */
     size_t deferred;
     size_t walked_blocks[XSA_POOL_KINDS], walked_bytes[XSA_POOL_KINDS]; /* in the free sets, all memory pools */
 } recount;
@@ -48,8 +50,13 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     if (xsa_ptr_map_get(&p->allocated, b->ptr) != (b->allocated ? b : NULL))
         return xsa_check_fail(err, n, "block %#lx: pointer map disagrees (allocated=%d)", (unsigned long)b->ptr, b->allocated);
     if (!b->mapped && (b->allocated || pending)) return xsa_check_fail(err, n, "block %#lx: unmapped but in use", (unsigned long)b->ptr);
-    if (b->next && b->mapped == b->next->mapped && !b->mapped)
+    if (b->next && b->mapped == b->next->mapped && !b->mapped && !b->held && !b->next->held)
         return xsa_check_fail(err, n, "block %#lx: two adjacent unmapped blocks", (unsigned long)b->ptr);
+    if (b->held) {
+        if (!s->expandable || (b->mapped && !b->draining))
+            return xsa_check_fail(err, n, "held block %#lx: classic, or mapped and not draining", (unsigned long)b->ptr);
+        c->held_blocks++;
+    }
     if (free_block && b->next && xsa_block_is_free(b->next))
         return xsa_check_fail(err, n, "block %#lx: two adjacent free blocks were not merged", (unsigned long)b->ptr);
     if (b->draining) {
@@ -128,6 +135,7 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
         return xsa_check_fail(err, n, "segment %#lx: first block is not at its base", (unsigned long)s->base);
     uintptr_t at = s->base;
     c->draining_pages = 0;
+    c->held_blocks = 0;
     for (const xsa_block *b = s->first; b; b = b->next) {
         if (b->ptr != at) return xsa_check_fail(err, n, "segment %#lx: gap or overlap at %#lx", (unsigned long)s->base, (unsigned long)at);
         if (b->next && b->next->prev != b) return xsa_check_fail(err, n, "block %#lx: next->prev broken", (unsigned long)b->ptr);
@@ -142,6 +150,9 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
     if (s->expandable) {
         if (!xsa_segment_check(&s->vm, err, n) || !check_access(p, s, err, n) || !check_chunk_sizes(p, s, err, n))
             return 0;
+        if (c->held_blocks != s->held)
+            return xsa_check_fail(err, n, "segment %#lx: %zu blocks held by helper jobs, %zu counted",
+                                  (unsigned long)s->base, c->held_blocks, s->held);
         if (c->draining_pages != s->draining_pages)
             return xsa_check_fail(err, n, "segment %#lx: %zu draining pages counted, %zu in blocks", (unsigned long)s->base,
                                   s->draining_pages, c->draining_pages);
@@ -343,10 +354,15 @@ static int check_exports(const xsa_pool *p, const recount *c, char *err, size_t 
 /* Each drain names a distinct draining block of this pool and a sweep
  * that counts the drains sharing it, and every draining block has one. */
 static int check_drains(const xsa_pool *p, const recount *c, char *err, size_t n) {
-    size_t records = 0;
-    for (const xsa_drain *d = p->drains; d; d = d->next, records++) {
-        if (!d->block->draining)
-            return xsa_check_fail(err, n, "drain of block %#lx: the block is not draining", (unsigned long)d->block->ptr);
+    size_t records = 0, ranges = 0;
+    if (!xsa_decay_check(p, &ranges, err, n)) return 0;
+    for (const xsa_drain *d = p->drains; d; d = d->next) {
+        const xsa_block *b = d->block;
+        /* Held while the helper's job unmaps it, and after until taken back. */
+        if (!b->draining || (d->held || d->unmapped) != b->held || (d->held && d->unmapped))
+            return xsa_check_fail(err, n, "drain of block %#lx: the block is not draining, or held apart from it",
+                                  (unsigned long)b->ptr);
+        records++;
         size_t sharing = 0;
         for (const xsa_drain *e = p->drains; e && d->sweep; e = e->next) sharing += e->sweep == d->sweep;
         if (!d->sweep || sharing != d->sweep->drains || d->sweep->pending > d->sweep->n_events)
@@ -355,8 +371,9 @@ static int check_drains(const xsa_pool *p, const recount *c, char *err, size_t n
         for (const xsa_drain *e = d->next; e; e = e->next)
             if (e->block == d->block) return xsa_check_fail(err, n, "block %#lx drains twice", (unsigned long)d->block->ptr);
     }
-    if (records != c->draining_blocks)
-        return xsa_check_fail(err, n, "%zu drain records, %zu draining blocks", records, c->draining_blocks);
+    if (records + ranges != c->draining_blocks)
+        return xsa_check_fail(err, n, "%zu drain records and %zu decay ranges, %zu draining blocks", records, ranges,
+                              c->draining_blocks);
     return 1;
 }
 
@@ -408,6 +425,9 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
         return 0;
     if ((int64_t)p->reserved != st->reserved_bytes[XSA_STAT_ALL].current)
         return xsa_check_fail(err, n, "reserved %zu but reserved_bytes stat %lld", p->reserved, (long long)st->reserved_bytes[XSA_STAT_ALL].current);
+    if (p->attend != (p->exports != NULL || p->helper.notice != XSA_POOL_OK))
+        return xsa_check_fail(err, n, "attend is %d with %s exports and %s helper notice", p->attend,
+                              p->exports ? "some" : "no", p->helper.notice != XSA_POOL_OK ? "a" : "no");
     if (c.live_blocks != p->live_blocks) return xsa_check_fail(err, n, "live blocks %zu, recount %zu", p->live_blocks, c.live_blocks);
     if (!xsa_ptr_map_check(&p->allocated, err, n)) return 0;
     if ((size_t)(c.allocation[0] + c.allocation[1]) != p->allocated.count)

@@ -35,6 +35,7 @@ void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s) {
     if (s->next_seg) s->next_seg->prev_seg = s->prev_seg;
     xsa_free_set_detach(&s->mp->free[s->kind], s->stream);
     s->mp->segments--;
+    free(s->free_since);
     free(s);
 }
 

@@ -78,7 +78,7 @@ static xsa_block *find_unmapped(const xsa_seg *s, size_t size) {
     xsa_block *best = NULL;
     long long best_change = 0;
     for (xsa_block *b = s->first; b; b = b->next) {
-        if (b->mapped || room(b) < size) continue;
+        if (b->mapped || b->held || room(b) < size) continue;
         long long change = partial_change(b, size, s->vm.page_size);
         if (!best || change < best_change || (change == best_change && room(b) < room(best))) {
             best = b;
@@ -92,7 +92,9 @@ static xsa_block *find_unmapped(const xsa_seg *s, size_t size) {
 static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **out, char *err, size_t errlen) {
     /* Old addresses of moved pages whose work is done give their range back
      * (before choosing where to map: they merge with unmapped blocks); not
-     * during a capture, which an event query would invalidate. */
+     * during a capture, which an event query would invalidate. With the
+     * helper thread most were unmapped off the allocation path already
+     * (pool/jobs.c): they only merge here. */
     if (p->drains && !p->capturing) xsa_recycle_drain(p, false);
     xsa_block *u = find_unmapped(s, size);
     if (!u) return XSA_POOL_OOM; /* the reservation is as large as the device */
@@ -136,6 +138,11 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     m->mapped = true;
     xsa_pages_account(p, s, moved, pages - moved, +1);
     p->stats.num_pages_recycled += (int64_t)moved;
+    /* The helper readies pages where this growth ended (pool/ready.c) and
+     * unmaps the old addresses of the moved ones (pool/jobs.c). */
+    s->grew_at = (m->ptr + bytes - s->base) / p->page_size;
+    s->grew_pages = pages - moved;
+    xsa_pool_want_helper(p);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, m->ptr, bytes, bytes, s->stream);
     if (before) xsa_pool_absorb(p, m, before);
     if (xsa_block_free_neighbour(m->next)) xsa_pool_absorb(p, m, m->next);

@@ -66,6 +66,7 @@ void xsa_ipc_poll(xsa_pool *p) {
         *link = e->next;
         drop(p, e);
     }
+    xsa_pool_update_attend(p);
 }
 
 void xsa_ipc_destroy(xsa_pool *p) {
@@ -189,6 +190,7 @@ xsa_pool_status xsa_pool_ipc_export(xsa_pool *p, void *ptr, xsa_ipc_handle *out,
     out->state_fd = state_fd;
     *e = (xsa_export){.block = b, .state = state, .id = id, .next = p->exports};
     p->exports = e;
+    p->attend = true;
     b->ipc_exports++;
     return XSA_POOL_OK;
 }
@@ -210,6 +212,7 @@ xsa_pool_status xsa_pool_ipc_revoke(xsa_pool *p, uint64_t export_id, char *err, 
     }
     *link = e->next;
     drop(p, e);
+    xsa_pool_update_attend(p);
     return XSA_POOL_OK;
 }
 

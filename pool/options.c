@@ -13,4 +13,6 @@ void xsa_pool_options_default(xsa_pool_options *o) {
     o->garbage_collection_threshold = 0.0;
     o->memory_fraction = 1.0;
     o->handle_size = 20u << 20;
+    o->helper_thread = XSA_HELPER_BY_DEFAULT;
+    o->page_decay_ms = XSA_HELPER_BY_DEFAULT ? XSA_DEFAULT_PAGE_DECAY_MS : 0;
 }

@@ -39,7 +39,21 @@ typedef struct xsa_pool_options {
      * (pool/capture_reuse.c). May change at run time
      * (xsa_pool_set_capture_reuse). */
     bool capture_reuse;
+    /* The helper thread (helper_thread): a thread of the API's that takes
+     * driver work off the allocation path (pool/jobs.c says which) and runs
+     * decay purging. Off: the pool behaves as without it. */
+    bool helper_thread;
+    /* page_decay_ms: free pages of expandable segments unused for this many
+     * milliseconds are unmapped and released by the helper thread (pool/
+     * decay.c); 0: off. Needs helper_thread. */
+    uint32_t page_decay_ms;
 } xsa_pool_options;
+
+/* Issue 33's decay purging and helper thread are off by default until the
+ * GPU figures hold: turning both on by default is flipping this one line
+ * (page_decay_ms then defaults to XSA_DEFAULT_PAGE_DECAY_MS). */
+#define XSA_HELPER_BY_DEFAULT false
+#define XSA_DEFAULT_PAGE_DECAY_MS 500u
 
 void xsa_pool_options_default(xsa_pool_options *o);
 

@@ -33,8 +33,9 @@ void xsa_pages_account(xsa_pool *p, xsa_seg *s, size_t moved, size_t created, in
 }
 
 void xsa_pages_merge_unmapped(xsa_pool *p, xsa_block *u) {
-    if (u->prev && !u->prev->mapped) xsa_pool_absorb(p, u, u->prev);
-    if (u->next && !u->next->mapped) xsa_pool_absorb(p, u, u->next);
+    /* A range a helper job holds stays a block of its own (pool/jobs.c). */
+    if (u->prev && !u->prev->mapped && !u->prev->held) xsa_pool_absorb(p, u, u->prev);
+    if (u->next && !u->next->mapped && !u->next->held) xsa_pool_absorb(p, u, u->next);
 }
 
 void xsa_pages_return_free(xsa_pool *p, xsa_block *b) {
@@ -124,6 +125,7 @@ xsa_pool_status xsa_pages_unmap_block(xsa_pool *p, xsa_block *b, char *err, size
 }
 
 bool xsa_pages_destroy_segment(xsa_pool *p, xsa_seg *s) {
+    if (s->held) return false; /* a helper job maps into it: it stays */
     if (p->listener.released) p->listener.released(p->listener.ctx, s->base);
     if (xsa_segment_destroy(&s->vm) != XSA_CU_SUCCESS) {
         /* The range stays: it is found again, as a segment of this device. */

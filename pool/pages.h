@@ -12,9 +12,9 @@
 
 /* Unmaps the whole pages inside free block b, splitting it around them. */
 xsa_pool_status xsa_pages_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen);
-/* Destroys an expandable segment with no mapped page. If the driver refuses
- * to free its reservation, the segment stays (empty) and false is returned:
- * the next release tries again. */
+/* Destroys an expandable segment with no mapped page and no block a helper
+ * job holds. If the driver refuses to free its reservation, the segment
+ * stays (empty) and false is returned: the next release tries again. */
 bool xsa_pages_destroy_segment(xsa_pool *p, xsa_seg *s);
 /* The accounting of pages that segment s gained (sign +1) or lost (-1),
  * called after the change: `moved` between segments, `created` new or
@@ -29,7 +29,7 @@ void xsa_pages_return_free(xsa_pool *p, xsa_block *b);
 /* The largest range of pages [*first, *end) of whole chunks inside free
  * block b; false if there is none. */
 bool xsa_pages_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end);
-/* Merges unmapped block u with unmapped neighbours. */
+/* Merges unmapped block u (not held) with unmapped neighbours not held. */
 void xsa_pages_merge_unmapped(xsa_pool *p, xsa_block *u);
 
 #endif

@@ -8,10 +8,12 @@
 #include "pool/block.h"
 #include "pool/capture_reuse.h"
 #include "pool/core.h"
+#include "pool/decay.h"
 #include "pool/events.h"
 #include "pool/expand.h"
 #include "pool/free_set.h"
 #include "pool/ipc.h"
+#include "pool/jobs.h"
 #include "pool/mempool.h"
 #include "pool/options.h"
 #include "pool/own_allocator.h"
@@ -141,6 +143,7 @@ void xsa_pool_destroy(xsa_pool *p) {
     /* Drains, events and exports go first: they refer to blocks (and
      * drains give their events back). */
     xsa_recycle_destroy(p);
+    xsa_decay_destroy(p);
     xsa_events_destroy(&p->events);
     xsa_ipc_destroy(p);
     xsa_capture_reuse_forget(p);
@@ -408,7 +411,11 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     /* A call only when events wait; none during a capture (a query of an
      * event recorded in it would invalidate it). */
     if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, xsa_pool_block_done, p);
-    if (p->exports) xsa_ipc_poll(p);
+    /* IPC exports to poll, or a failure of the helper thread to report. */
+    if (__builtin_expect(p->attend, 0)) {
+        xsa_pool_status st = xsa_pool_attend(p, err, errlen);
+        if (st != XSA_POOL_OK) return st;
+    }
     /* During a capture, cross-stream frees the graph has ordered may
      * return first (capture_reuse.c); the block handed out is stamped. */
     uint64_t capture = __builtin_expect(p->capturing, 0) ? xsa_capture_reuse_malloc(p, stream) : 0;

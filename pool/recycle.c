@@ -169,6 +169,7 @@ static size_t take_from(xsa_pool *p, const xsa_seg *target, xsa_block *b, size_t
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, b->ptr, b->size, b->size, s->stream);
     d->block = b;
     d->sweep = NULL; /* the growth's, once all its takes are done */
+    d->held = d->unmapped = false;
     d->next = p->drains;
     p->drains = d;
     return n;
@@ -324,7 +325,7 @@ static size_t take_passes(xsa_pool *p, const xsa_seg *target, const xsa_block *k
 /* The drains since `mark` wait for one sweep of every stream (sweep.c
  * says why); false if it could not be recorded. */
 static bool sweep_new_drains(xsa_pool *p, const xsa_drain *mark) {
-    xsa_sweep *w = xsa_sweep_record(p);
+    xsa_sweep *w = xsa_sweep_record(p, NULL);
     if (!w) return false;
     for (xsa_drain *d = p->drains; d != mark; d = d->next) {
         d->sweep = w;
@@ -372,25 +373,82 @@ void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark) {
     }
 }
 
-/* Unmaps d's old address; the range becomes unmapped space of its segment. */
-static xsa_cu_result finish(xsa_pool *p, xsa_drain *d) {
+/* d's old address is unmapped: the range becomes unmapped space of its
+ * segment. */
+static void unmapped(xsa_pool *p, xsa_drain *d) {
     xsa_block *b = d->block;
-    xsa_cu_result r = xsa_segment_unmap_moved(&b->seg->vm, first_page(p, b), pages_of(p, b));
-    if (r != XSA_CU_SUCCESS) return r;
     b->seg->draining_pages -= pages_of(p, b);
     b->draining = false;
     b->mapped = false;
     xsa_pages_merge_unmapped(p, b);
-    return XSA_CU_SUCCESS;
+}
+
+/* Unmaps d's old address. */
+static xsa_cu_result finish(xsa_pool *p, xsa_drain *d) {
+    xsa_block *b = d->block;
+    xsa_cu_result r = xsa_segment_unmap_moved(&b->seg->vm, first_page(p, b), pages_of(p, b));
+    if (r == XSA_CU_SUCCESS) unmapped(p, d);
+    return r;
+}
+
+/* Whether d's work has completed: its event, then its sweep. */
+static xsa_cu_result drain_done(xsa_pool *p, xsa_drain *d, bool wait) {
+    xsa_cu_result r = wait ? XSA_DRV(p->drv, event_synchronize, d->event) : XSA_DRV(p->drv, event_query, d->event);
+    return r == XSA_CU_SUCCESS ? xsa_sweep_wait(p, d->sweep, wait) : r;
+}
+
+size_t xsa_recycle_hold_done(xsa_pool *p, xsa_drain **out, size_t max, xsa_cu_result *failure) {
+    size_t n = 0;
+    for (xsa_drain *d = p->drains; d && n < max; d = d->next) {
+        if (d->held || d->unmapped) continue;
+        xsa_cu_result r = drain_done(p, d, false);
+        if (r != XSA_CU_SUCCESS) {
+            if (r != XSA_CU_ERROR_NOT_READY && *failure == XSA_CU_SUCCESS) *failure = r;
+            continue;
+        }
+        d->held = d->block->held = true;
+        d->block->seg->held++;
+        out[n++] = d;
+    }
+    return n;
+}
+
+void xsa_recycle_retired(xsa_drain *d, bool was_unmapped) {
+    xsa_block *b = d->block;
+    d->held = false;
+    if (!was_unmapped) { /* drains again: the next try unmaps it */
+        b->held = false;
+        b->seg->held--;
+        return;
+    }
+    /* Held, draining as before in the pool's records, until taken back
+     * (xsa_recycle_drain). */
+    d->unmapped = true;
+}
+
+/* Takes back the range of drain d, which the helper unmapped: its pages
+ * leave the segment's records, the range is unmapped space. */
+static void take_back(xsa_pool *p, xsa_drain *d) {
+    xsa_block *b = d->block;
+    xsa_segment_forget(&b->seg->vm, first_page(p, b), pages_of(p, b));
+    b->held = false;
+    b->seg->held--;
+    unmapped(p, d);
 }
 
 xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait) {
     xsa_cu_result first = XSA_CU_SUCCESS;
     for (xsa_drain **at = &p->drains; *at;) {
         xsa_drain *d = *at;
-        xsa_cu_result r = wait ? XSA_DRV(p->drv, event_synchronize, d->event) : XSA_DRV(p->drv, event_query, d->event);
-        if (r == XSA_CU_SUCCESS) r = xsa_sweep_wait(p, d->sweep, wait);
-        if (r == XSA_CU_SUCCESS) r = finish(p, d);
+        if (d->held) { /* a helper job unmaps it */
+            at = &d->next;
+            continue;
+        }
+        xsa_cu_result r = XSA_CU_SUCCESS;
+        if (d->unmapped)
+            take_back(p, d);
+        else if ((r = drain_done(p, d, wait)) == XSA_CU_SUCCESS)
+            r = finish(p, d);
         if (r != XSA_CU_SUCCESS) {
             /* Not done yet, or refused: the drain stays for the next try. */
             if (wait && first == XSA_CU_SUCCESS) first = r;
@@ -408,8 +466,9 @@ void xsa_recycle_destroy(xsa_pool *p) {
         xsa_drain *d = p->drains;
         p->drains = d->next;
         /* The handles are their new segments': released with those. If the
-         * unmap is refused, the old segment forgets them all the same. */
-        if (finish(p, d) != XSA_CU_SUCCESS)
+         * unmap is refused (or the helper unmapped it already), the old
+         * segment forgets them all the same. */
+        if (d->unmapped || finish(p, d) != XSA_CU_SUCCESS)
             xsa_segment_forget(&d->block->seg->vm, first_page(p, d->block), pages_of(p, d->block));
         forget(p, d);
     }

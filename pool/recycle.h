@@ -40,8 +40,19 @@ bool xsa_recycle_hand_over_fit(xsa_pool *p, xsa_pool_kind kind, xsa_stream strea
 void xsa_recycle_undo(xsa_pool *p, const xsa_drain *mark);
 /* Unmaps the old addresses whose queued work has completed; with wait,
  * waits for all of them first. Returns the first driver error (the drain
- * stays, to be tried again). */
+ * stays, to be tried again). Drains a helper job holds are left to it. */
 xsa_cu_result xsa_recycle_drain(xsa_pool *p, bool wait);
+/* For the helper thread (pool/jobs.c), never during a capture: holds up
+ * to `max` drains whose work has completed into out[] (their unmaps are
+ * its jobs now), and how many; a query's failure (other than not ready)
+ * goes to *failure if that is still success. */
+size_t xsa_recycle_hold_done(xsa_pool *p, xsa_drain **out, size_t max, xsa_cu_result *failure);
+/* A held drain's job is over: its old address was unmapped (the drain
+ * stays held, as it is in the pool's records, until the next
+ * xsa_recycle_drain takes it back where it would have unmapped it without
+ * the helper: the pool's choices are the same with the helper and
+ * without), or not (it drains again). */
+void xsa_recycle_retired(xsa_drain *d, bool was_unmapped);
 /* Pool teardown: unmaps every old address without waiting. */
 void xsa_recycle_destroy(xsa_pool *p);
 

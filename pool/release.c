@@ -28,6 +28,7 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/decay.h"
 #include "pool/events.h"
 #include "pool/free_set.h"
 #include "pool/ipc.h"
@@ -145,6 +146,12 @@ xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
     r = xsa_recycle_drain(p, true);
     if (r != XSA_CU_SUCCESS) {
         xsa_pool_driver_error(p, "cuEventSynchronize (page recycling)", r, err, errlen);
+        return XSA_POOL_DRIVER_ERROR;
+    }
+    /* Decay's ranges waiting for their fence: the streams are synchronized. */
+    r = xsa_decay_release_waiting(p);
+    if (r != XSA_CU_SUCCESS) {
+        xsa_pool_driver_error(p, "cuMemUnmap (decay)", r, err, errlen);
         return XSA_POOL_DRIVER_ERROR;
     }
     /* Exports are polled, never waited for: pinned blocks stay. */

@@ -17,7 +17,10 @@
  *             release.c (giving memory back), capture.c (the memory pool
  *             calls and capture), capture_reuse.c (capture-time reuse),
  *             checkpoint.c (a memory pool's blocks set to a checkpoint),
- *             settings.c (options changed at run time);
+ *             settings.c (options changed at run time), decay.c (pages
+ *             unused long enough released), ready.c (pages mapped ahead
+ *             of a growth), jobs.c (the helper thread's work: decay,
+ *             readying and retiring recycling's old mappings);
  *   readers:  check.c, snapshot.c, info.c;
  *   top:      pool.c (create, malloc, free, record_stream, destroy).
  * Not part of the pool's interface (api/ uses pool.h and the policies'
@@ -99,7 +102,15 @@ typedef struct xsa_seg {
     size_t size;               /* classic: allocation size; expandable: reserved */
     xsa_block *first;          /* lowest-address block */
     xsa_segment vm;            /* expandable only */
-    size_t draining_pages;     /* mapped in vm but moved on (pool/recycle): not this segment's memory */
+    size_t draining_pages;     /* mapped in vm but moved on (pool/recycle) or being released (pool/decay): not this segment's memory */
+    size_t held;               /* blocks a helper job holds (pool/jobs.c): the segment stays while any */
+    /* Where the last growth that created pages ended and how many it
+     * created: the helper readies pages there (pool/ready.c); 0 pages: none. */
+    size_t grew_at, grew_pages;
+    /* Decay (pool/decay.c): per page below n_free_since, since when the
+     * helper has seen it free (its clock's ns; 0: not free). */
+    uint64_t *free_since;
+    size_t n_free_since;
     struct xsa_seg *prev_seg, *next_seg;
 } xsa_seg;
 
@@ -123,8 +134,26 @@ typedef struct xsa_drain {
     xsa_block *block;
     xsa_event event;
     xsa_sweep *sweep;
+    bool held;                 /* its unmap is a helper job's, under way (pool/jobs.c) */
+    /* The helper has unmapped it; the pool's records say draining (the
+     * block held) until the next growth or release takes it back, where
+     * the drain would have been unmapped without the helper, so the pool's
+     * choices are the same with it and without. */
+    bool unmapped;
     struct xsa_drain *next;
 } xsa_drain;
+
+/* The helper thread's side of the pool (pool/jobs.h): told when work for
+ * it appears, and a failure of its work kept for the next caller. */
+typedef struct xsa_pool_helper {
+    void (*wake)(void *ctx, int device);
+    void *ctx;
+    bool wanted;               /* work is waiting for the next round (a growth's pages to ready, drains) */
+    uint64_t polled;           /* the last round (the helper's clock, ns) */
+    size_t jobs;               /* jobs planned and not yet committed */
+    xsa_pool_status notice;    /* a helper job's failure for the next malloc or empty_cache; OK: none */
+    char notice_msg[256];
+} xsa_pool_helper;
 
 /* An IPC export not yet seen closed or revoked (pool/ipc.c). */
 typedef struct xsa_export {
@@ -145,11 +174,21 @@ struct xsa_pool {
     int peers[XSA_SEGMENT_MAX_ACCESS - 1]; /* devices granted access to every segment */
     int n_peers;
     xsa_export *exports;
+    /* malloc has something to look at besides the cache: exports to poll
+     * or a helper notice (xsa_pool_update_attend). */
+    bool attend;
     size_t device_total;
     size_t allowed_max;        /* memory fraction * device_total */
     size_t page_size;
     size_t reserved;           /* bytes mapped or cuMemAlloc'd (PyTorch's total_allocated_memory) */
     int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
+    /* Decay reads the peak of allocated bytes between its ticks by resetting
+     * allocated_bytes[ALL].peak: the user's peak it took out is kept here
+     * (readers take the max, pool/stats.c), and the tick's peak that a
+     * user's reset took out. */
+    int64_t peak_held, interval_peak_held;
+    struct xsa_decay *decay;   /* pool/decay.c's state; NULL until decay first runs */
+    xsa_pool_helper helper;
     xsa_mempool global;        /* the device's own cache */
     xsa_mempool *mempools;     /* the others, newest first */
     xsa_route *routes;         /* oldest first; the oldest accepting route wins */
@@ -172,6 +211,19 @@ struct xsa_pool {
     xsa_observer_fn observer;  /* pool/trace.h; NULL: none */
     void *observer_ctx;
 };
+
+/* Work for the helper thread appeared (a growth to ready pages after,
+ * drains to retire): its next round should come soon. */
+static inline void xsa_pool_want_helper(xsa_pool *p) {
+    if (!p->opt.helper_thread) return;
+    p->helper.wanted = true;
+    if (p->helper.wake) p->helper.wake(p->helper.ctx, p->device);
+}
+
+/* malloc's one test for exports to poll or a helper notice to report. */
+static inline void xsa_pool_update_attend(xsa_pool *p) {
+    p->attend = p->exports != NULL || p->helper.notice != XSA_POOL_OK;
+}
 
 /* PyTorch's Stat arithmetic (current, peak, allocated, freed); inline
  * because every malloc and free updates several. */

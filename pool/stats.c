@@ -26,6 +26,9 @@ void xsa_pool_get_stats(const xsa_pool *p, xsa_device_stats *out) {
         t[XSA_STAT_ALL].freed = t[XSA_STAT_SMALL_POOL].freed + t[XSA_STAT_LARGE_POOL].freed;
     }
     out->max_split_size = p->opt.max_split_size == SIZE_MAX ? -1 : (int64_t)p->opt.max_split_size;
+    /* The part of the peak decay's ticks took out of the stat (state.h). */
+    xsa_stat *all = &out->allocated_bytes[XSA_STAT_ALL];
+    if (p->peak_held > all->peak) all->peak = p->peak_held;
 }
 
 static void each_stat(xsa_device_stats *s, void (*fn)(xsa_stat *)) {
@@ -42,12 +45,26 @@ static void reset_accumulated(xsa_stat *s) { s->allocated = s->freed = 0; }
 
 void xsa_pool_reset_peak_stats(xsa_pool *p) {
     p->allocated_high = xsa_pool_allocated_high(p);
+    /* Decay's next tick still sees the peak since its last one. */
+    int64_t peak = p->stats.allocated_bytes[XSA_STAT_ALL].peak;
+    if (peak > p->interval_peak_held) p->interval_peak_held = peak;
+    p->peak_held = 0;
     each_stat(&p->stats, reset_peak);
 }
 
 int64_t xsa_pool_allocated_high(const xsa_pool *p) {
     int64_t peak = p->stats.allocated_bytes[XSA_STAT_ALL].peak;
+    if (p->peak_held > peak) peak = p->peak_held;
     return peak > p->allocated_high ? peak : p->allocated_high;
+}
+
+int64_t xsa_pool_take_interval_peak(xsa_pool *p) {
+    xsa_stat *all = &p->stats.allocated_bytes[XSA_STAT_ALL];
+    int64_t interval = all->peak > p->interval_peak_held ? all->peak : p->interval_peak_held;
+    if (all->peak > p->peak_held) p->peak_held = all->peak;
+    all->peak = all->current;
+    p->interval_peak_held = 0;
+    return interval;
 }
 
 void xsa_pool_reset_accumulated_stats(xsa_pool *p) {

@@ -48,7 +48,8 @@ static void put_events(xsa_pool *p, xsa_sweep *w, size_t n) {
     for (size_t i = 0; i < n; i++) xsa_events_put_event(&p->events, w->events[i]);
 }
 
-xsa_sweep *xsa_sweep_record(xsa_pool *p) {
+xsa_sweep *xsa_sweep_record(xsa_pool *p, xsa_cu_result *why) {
+    xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
     size_t max = count_segments(p);
     xsa_sweep *w = calloc(1, sizeof *w);
     xsa_stream *streams = malloc((max ? max : 1) * sizeof *streams);
@@ -57,8 +58,8 @@ xsa_sweep *xsa_sweep_record(xsa_pool *p) {
     size_t n = segment_streams(p, streams);
     for (; w->n_events < n; w->n_events++) {
         xsa_event *ev = &w->events[w->n_events];
-        if (xsa_events_take_event(&p->events, ev) != XSA_CU_SUCCESS) goto fail;
-        if (XSA_DRV(p->drv, event_record, *ev, streams[w->n_events]) != XSA_CU_SUCCESS) {
+        if ((r = xsa_events_take_event(&p->events, ev)) != XSA_CU_SUCCESS) goto fail;
+        if ((r = XSA_DRV(p->drv, event_record, *ev, streams[w->n_events])) != XSA_CU_SUCCESS) {
             xsa_events_put_event(&p->events, *ev);
             goto fail;
         }
@@ -67,6 +68,7 @@ xsa_sweep *xsa_sweep_record(xsa_pool *p) {
     free(streams);
     return w;
 fail:
+    if (why) *why = r;
     if (w) {
         if (w->events) put_events(p, w, w->n_events);
         free(w->events);

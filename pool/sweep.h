@@ -12,10 +12,11 @@
 #include "pool/state.h"
 
 /* A new sweep (drains 0) over the streams of p's segments, or
- * NULL (host memory or a driver call refused: nothing recorded); whether
+ * NULL (host memory or a driver call refused, *why says which when not
+ * NULL: nothing recorded); whether
  * it has completed (XSA_CU_SUCCESS; with wait, waits for it first); one
  * drain less waiting on it (freed at none). */
-xsa_sweep *xsa_sweep_record(xsa_pool *p);
+xsa_sweep *xsa_sweep_record(xsa_pool *p, xsa_cu_result *why);
 xsa_cu_result xsa_sweep_wait(xsa_pool *p, xsa_sweep *w, bool wait);
 /* Waits for the work queued on every stream of p's segments. */
 xsa_cu_result xsa_sweep_synchronize(xsa_pool *p);

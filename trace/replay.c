@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "api/devices.h"
+#include "api/helper.h"
 #include "vmm/driver.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"
@@ -27,6 +28,9 @@ struct xsa_replay_session {
     xsa_driver *d;
     int sim;
     xsa_event order;          /* at a lag: orders streams at record_stream lines */
+    bool helper;              /* the helper runs in manual mode, on trace time */
+    uint64_t event_ns;        /* trace time an event; 0: none */
+    uint64_t now_ns;          /* the helper's clock: trace time */
 };
 
 typedef struct replay {
@@ -153,6 +157,33 @@ static int run_event(replay *rp, const xsa_trace_event *e) {
     return 0;
 }
 
+/* ---- trace time: the helper's rounds, reserved memory over time ---- */
+
+static uint64_t trace_clock(void *ctx) { return ((const xsa_replay_session *)ctx)->now_ns; }
+
+/* After event i: the clock moves to its end, the helper's due rounds run
+ * (their driver calls and H100 estimate counted apart), and reserved
+ * memory over the event is added up. */
+static int after_event(replay *rp, xsa_replay_result *r) {
+    xsa_replay_session *s = rp->s;
+    s->now_ns += s->event_ns;
+    if (s->helper) {
+        uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
+        xsa_driver_read_calls(s->d, before, NULL);
+        uint64_t est = s->sim ? xsa_sim_h100_est_ns() : 0;
+        xsa_helper_poll();
+        xsa_driver_read_calls(s->d, after, NULL);
+        for (int i = 0; i < XSA_DRV_COUNT; i++) r->helper_calls[i] += after[i] - before[i];
+        if (s->sim) r->helper_est_h100_ns += xsa_sim_h100_est_ns() - est;
+    }
+    if (!s->event_ns) return 0;
+    xsa_device_stats st;
+    xsa_status status = xsa_get_stats(0, &st);
+    if (status != XSA_SUCCESS) return fail_call(rp->err, rp->errlen, status, "xsa_get_stats");
+    r->reserved_gb_s += (double)st.reserved_bytes[XSA_STAT_ALL].current * 1e-9 * ((double)s->event_ns * 1e-9);
+    return 0;
+}
+
 /* The timed loop; fills r->ns_per_event, the driver call counts and, on
  * the simulated driver, their H100 estimate. */
 static int run_events(replay *rp, xsa_replay_result *r) {
@@ -166,8 +197,10 @@ static int run_events(replay *rp, xsa_replay_result *r) {
     uint64_t est_before = rp->s->sim ? xsa_sim_h100_est_ns() : 0;
     if (series) fputs("event,allocated_bytes,reserved_bytes,allocated_peak,reserved_peak\n", series);
     uint64_t t0 = xsa_driver_now_ns();
+    bool timed = rp->s->helper || rp->s->event_ns;
     for (size_t i = 0; i < n; i++) {
         if (run_event(rp, &rp->t->events[i])) return -1;
+        if (timed && after_event(rp, r)) return -1;
         if (series && ((i + 1) % step == 0 || i + 1 == n) && sample(rp, i + 1)) return -1;
     }
     double elapsed = (double)(xsa_driver_now_ns() - t0);
@@ -258,6 +291,7 @@ int xsa_replay_pass(xsa_replay_session *s, const xsa_trace *t, xsa_replay_result
     memset(r, 0, sizeof *r);
     r->events = t->n_events;
     r->gpu_lag = s->o.gpu_lag;
+    r->event_ns = s->event_ns;
     snprintf(r->driver, sizeof r->driver, "%s", s->d->name);
     if (!s->sim && t->n_streams > 1)
         return fail(err, errlen, "the %s driver replays single-stream traces only (this one has %d streams: "
@@ -289,6 +323,15 @@ static int start(xsa_replay_session *s, char *err, size_t errlen) {
     if (s->o.gpu_lag && (cr = XSA_DRV(s->d, event_create, &s->order, 0)) != XSA_CU_SUCCESS) {
         s->order = NULL;
         return fail(err, errlen, "cuEventCreate failed: %s", s->d->error_string(cr));
+    }
+    /* The helper thread on trace time, in manual mode. */
+    xsa_pool_options opt;
+    xsa_api_options(&opt);
+    s->helper = opt.helper_thread;
+    s->event_ns = s->o.event_ns ? s->o.event_ns : s->helper ? XSA_REPLAY_DEFAULT_EVENT_NS : 0;
+    if (s->helper) {
+        xsa_helper_set_manual(true);
+        xsa_helper_set_clock(trace_clock, s);
     }
     return 0;
 }
@@ -323,6 +366,10 @@ xsa_replay_session *xsa_replay_open(const xsa_replay_options *o, char *err, size
 }
 
 int xsa_replay_close(xsa_replay_session *s, char *err, size_t errlen) {
+    if (s->helper) {
+        xsa_helper_set_clock(NULL, NULL);
+        xsa_helper_set_manual(false);
+    }
     if (s->order) XSA_DRV(s->d, event_destroy, s->order);
     XSA_DRV(s->d, primary_ctx_release, 0);
     if (s->sim) xsa_sim_set_eager_events(0); /* the simulated driver's default */

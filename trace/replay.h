@@ -26,6 +26,13 @@
  * trace left live. Any violation the simulated GPU counted (memory unmapped
  * or freed under a kernel, a race, a kernel on unmapped memory) fails the
  * pass with the first one's sentence.
+ *
+ * Trace time and the helper thread. With event_ns (or with helper_thread
+ * on in the configuration), event i happens at i x event_ns of the helper's
+ * clock, the helper runs in manual mode (its rounds after every event, on
+ * the replay's thread, so a replay is deterministic) and its driver calls
+ * are counted apart from the allocation path's; reserved memory is
+ * integrated over that time (GB·s: what decay purging saves).
  */
 #ifndef XSA_TRACE_REPLAY_H
 #define XSA_TRACE_REPLAY_H
@@ -57,6 +64,13 @@ typedef struct xsa_replay_result {
     int64_t num_ooms;
     int64_t gpu_lag;          /* the lag it ran at */
     uint64_t violations;      /* the simulated GPU's, over the pass (0 on the cuda driver) */
+    /* With the helper thread on (helper_thread): its rounds' share of the
+     * driver calls and of the H100 estimate above (the rest is the
+     * allocation path's), and the trace time the replay ran at. */
+    uint64_t helper_calls[XSA_DRV_COUNT];
+    uint64_t helper_est_h100_ns;
+    uint64_t event_ns;        /* trace time an event (0: none) */
+    double reserved_gb_s;     /* reserved memory integrated over trace time (1e9 bytes x s; 0 without it) */
 } xsa_replay_result;
 
 /* Calls of one entry point during the loop, e.g. XSA_REPLAY_CALLS(r, mem_create). */
@@ -80,7 +94,19 @@ typedef struct xsa_replay_options {
      * loop, and resets the peak stats). */
     FILE *series;
     int64_t gpu_lag;          /* 0, or > 0 on the simulated driver only */
+    /* Trace time: an event takes this many ns of the helper's clock
+     * (api/helper.h), and reserved memory is integrated over it. With the
+     * helper thread on, the helper runs in manual mode: its due rounds
+     * after every event, on the replay's thread (deterministic), at
+     * XSA_REPLAY_DEFAULT_EVENT_NS an event when this is 0. */
+    uint64_t event_ns;
 } xsa_replay_options;
+
+/* The trace time of an event the replays use by default with the helper
+ * thread on: 100 us, a round figure between what the real runs spent per
+ * allocator call on an H100 (GPT-2's 24 steps: 75,851 calls in about
+ * 5.5 s, 73 us; the side-stream loader: 9,553 in about 2 s, 210 us). */
+#define XSA_REPLAY_DEFAULT_EVENT_NS 100000ull
 
 /*
  * Replays `t` on device 0 in a fresh xsalloc instance. Returns 0, or -1

@@ -51,6 +51,10 @@ static xsa_cu_result unmap_run(xsa_segment *s, size_t first, size_t n) {
 
 void xsa_segment_release_handle(xsa_segment *s, xsa_mem_handle h) {
     if (XSA_DRV(s->drv, mem_release, h) == XSA_CU_SUCCESS) return;
+    xsa_segment_keep_unreleased(s, h);
+}
+
+void xsa_segment_keep_unreleased(xsa_segment *s, xsa_mem_handle h) {
     xsa_mem_handle *grown = realloc(s->unreleased, (s->n_unreleased + 1) * sizeof *grown);
     if (!grown) return; /* out of host memory too: the handle leaks */
     s->unreleased = grown;
@@ -223,6 +227,14 @@ void xsa_segment_forget(xsa_segment *s, size_t first, size_t n) {
         s->handles[first + i] = XSA_NO_HANDLE;
         s->chunk_pages[first + i] = 0;
         s->mapped_pages--;
+    }
+}
+
+void xsa_segment_adopt(xsa_segment *s, size_t first, const xsa_chunk *chunks, size_t n) {
+    for (size_t i = 0, page = first; i < n; page += chunks[i].pages, i++) {
+        for (size_t k = 0; k < chunks[i].pages; k++) s->handles[page + k] = chunks[i].handle;
+        s->chunk_pages[page] = (uint32_t)chunks[i].pages;
+        s->mapped_pages += chunks[i].pages;
     }
 }
 

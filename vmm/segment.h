@@ -105,8 +105,18 @@ xsa_cu_result xsa_segment_unmap(xsa_segment *s, size_t first, size_t n, xsa_mem_
 xsa_cu_result xsa_segment_unmap_moved(xsa_segment *s, size_t first, size_t n);
 
 /* Drops the handles of pages [first, first+n) without a driver call: for a
- * teardown after xsa_segment_unmap_moved was refused. */
+ * teardown after xsa_segment_unmap_moved was refused, and for pages
+ * another thread unmapped (vmm/segment_job.h). */
 void xsa_segment_forget(xsa_segment *s, size_t first, size_t n);
+
+/* Records chunks[0..n) as mapped at pages [first, ...), all unmapped in
+ * the records, without a driver call: pages another thread mapped and
+ * granted (vmm/segment_job.h). */
+void xsa_segment_adopt(xsa_segment *s, size_t first, const xsa_chunk *chunks, size_t n);
+
+/* Keeps handle h, unmapped, whose cuMemRelease failed: released again by
+ * the next unmap or by destroy. */
+void xsa_segment_keep_unreleased(xsa_segment *s, xsa_mem_handle h);
 
 /* The fd and id of the shared export of the chunk that starts at mapped
  * page `start` (xsa_share_export on first use, then the same until the

@@ -1,0 +1,272 @@
+/*
+ * api/helper: the helper thread. One per process, started lazily the first
+ * time a pool wakes it (a growth that created or moved pages, settings
+ * that turn it on), it runs each device's pool rounds (pool/jobs.h:
+ * unmapping recycling's old addresses, readying pages where a growth
+ * ended, decay purging), so that their driver calls are made on this
+ * thread, outside the device's lock, while the caller's thread goes on
+ * launching work (the driver lets a second thread's calls overlap the
+ * main thread's launches: tests/gpu/probes/vmm_thread_probe.py).
+ *
+ * Design: the thread sleeps on a condition variable until the earliest
+ * time a pool asked for (xsa_pool_jobs_due) or a wake. A round on a
+ * device plans with its lock held, drops it for the driver calls, and
+ * takes it again to commit: a job once planned always commits, so stop
+ * takes effect between rounds and leaves nothing half done. The plan
+ * step takes the lock with try-and-nap so that a stop is never held up by
+ * a lock someone keeps (a fork handler holding every device's lock); the
+ * commit step must have it and waits. The thread works in relaxed capture
+ * mode (its calls must not invalidate another thread's global-mode
+ * capture; the pools record and query no event during one anyway) with
+ * each device's primary context current as it works on it. Errors of its
+ * jobs become the pool's notice, reported by the next malloc or
+ * empty_cache of that device (pool/jobs.h): nothing is printed here.
+ *
+ * Shutdown stops it (xsa_shutdown, before the pools go). Fork: the
+ * prepare handler stops it (so no driver call or device lock of its is in
+ * flight in the child) and holds the helper's own mutex across the fork;
+ * the parent starts it again if it ran; the child starts it at its first
+ * wake. Manual mode (tests, simulated replays) never starts the thread:
+ * xsa_helper_poll does the due rounds on the caller's thread, with the
+ * injected clock, so runs are deterministic.
+ */
+#include "api/helper.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/devices.h"
+#include "pool/jobs.h"
+
+#define NAP_NS 50000L          /* between tries of a device lock while planning */
+#define FAKE_CLOCK_NAP_NS 1000000ull /* a thread on an injected clock looks at it again after this */
+
+static struct {
+    pthread_mutex_t lock;      /* guards everything below but `stop` */
+    pthread_cond_t cond;
+    pthread_t thread;
+    bool running;              /* started and not joined */
+    bool woken;                /* a pool asked for a round since the thread last looked */
+    bool manual;
+    bool atfork;               /* handlers registered */
+    bool restart;              /* running when a fork began: the parent starts it again */
+    uint64_t starts;
+    uint64_t (*now)(void *ctx);
+    void *now_ctx;
+    void *ctx[XSA_MAX_DEVICES]; /* primary contexts the thread made current */
+    int current;               /* the device whose context is current on the thread; -1 none */
+    _Atomic bool stop;
+} h = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .current = -1};
+
+/* ---- the clock ---- */
+
+void xsa_helper_set_clock(uint64_t (*now)(void *ctx), void *ctx) {
+    pthread_mutex_lock(&h.lock);
+    h.now = now;
+    h.now_ctx = ctx;
+    pthread_mutex_unlock(&h.lock);
+}
+
+static uint64_t clock_locked(void) { return h.now ? h.now(h.now_ctx) : xsa_driver_now_ns(); }
+
+uint64_t xsa_helper_now(void) {
+    pthread_mutex_lock(&h.lock);
+    uint64_t t = clock_locked();
+    pthread_mutex_unlock(&h.lock);
+    return t;
+}
+
+/* ---- rounds ---- */
+
+/* Device d's primary context current on the thread (not in manual mode:
+ * the caller's thread keeps its own). */
+static xsa_cu_result use_device(int d, bool thread) {
+    if (!thread || h.current == d) return XSA_CU_SUCCESS;
+    xsa_driver *drv = xsa_devices.drv;
+    xsa_cu_result r = XSA_CU_SUCCESS;
+    if (!h.ctx[d]) r = XSA_DRV(drv, primary_ctx_retain, &h.ctx[d], d);
+    if (r == XSA_CU_SUCCESS) r = XSA_DRV(drv, ctx_set_current, h.ctx[d]);
+    h.current = r == XSA_CU_SUCCESS ? d : -1;
+    return r;
+}
+
+/* Takes device d's lock to plan; on the thread, gives up when asked to stop. */
+static bool lock_to_plan(xsa_device_slot *s, bool thread) {
+    if (!thread) {
+        xsa_device_lock_acquire(&s->lock);
+        return true;
+    }
+    while (!xsa_device_lock_try(&s->lock)) {
+        if (atomic_load(&h.stop)) return false;
+        struct timespec nap = {0, NAP_NS};
+        nanosleep(&nap, NULL);
+    }
+    return true;
+}
+
+/* The rounds due on device d at `now`; when the next one is due. */
+static uint64_t rounds_on(int d, uint64_t now, bool thread) {
+    xsa_device_slot *s = &xsa_devices.slot[d];
+    for (;;) {
+        if (!lock_to_plan(s, thread)) return UINT64_MAX;
+        xsa_pool *p = s->pool;
+        uint64_t due = p ? xsa_pool_jobs_due(p) : UINT64_MAX;
+        if (due > now || (thread && atomic_load(&h.stop))) {
+            xsa_device_lock_release(&s->lock);
+            return due;
+        }
+        xsa_cu_result r = use_device(d, thread);
+        if (r != XSA_CU_SUCCESS) {
+            xsa_pool_jobs_failed(p, "making the device's context current", r);
+            xsa_device_lock_release(&s->lock);
+            return UINT64_MAX;
+        }
+        xsa_pool_jobs jobs;
+        xsa_pool_jobs_plan(p, now, &jobs);
+        xsa_device_lock_release(&s->lock);
+        xsa_pool_jobs_run(&jobs);
+        xsa_device_lock_acquire(&s->lock); /* a planned job always commits */
+        xsa_pool_jobs_commit(p, &jobs);
+        xsa_device_lock_release(&s->lock);
+    }
+}
+
+static uint64_t rounds(uint64_t now, bool thread) {
+    uint64_t next = UINT64_MAX;
+    for (int d = 0; d < xsa_devices.devices; d++) {
+        uint64_t due = rounds_on(d, now, thread);
+        if (due < next) next = due;
+    }
+    return next;
+}
+
+uint64_t xsa_helper_poll(void) {
+    if (!atomic_load_explicit(&xsa_devices.ready, memory_order_acquire)) return UINT64_MAX;
+    return rounds(xsa_helper_now(), false);
+}
+
+/* ---- the thread ---- */
+
+/* Sleeps until `next` (the helper's clock), a wake or a stop. */
+static void sleep_until(uint64_t next) {
+    pthread_mutex_lock(&h.lock);
+    while (!h.woken && !atomic_load(&h.stop)) {
+        uint64_t now = clock_locked();
+        if (now >= next) break;
+        if (next == UINT64_MAX && !h.now) {
+            pthread_cond_wait(&h.cond, &h.lock);
+            continue;
+        }
+        /* The condition variable waits on CLOCK_REALTIME: a relative wait
+         * from it, at most a nap on an injected clock. */
+        uint64_t wait = h.now ? FAKE_CLOCK_NAP_NS : next - now;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + wait % 1000000000ull;
+        ts.tv_sec += (time_t)(wait / 1000000000ull + ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&h.cond, &h.lock, &ts);
+    }
+    h.woken = false;
+    pthread_mutex_unlock(&h.lock);
+}
+
+static void *loop(void *arg) {
+    (void)arg;
+    xsa_driver_relax_capture(xsa_devices.drv);
+    while (!atomic_load(&h.stop)) {
+        uint64_t next = rounds(xsa_helper_now(), true);
+        sleep_until(next);
+    }
+    return NULL;
+}
+
+static void at_fork_prepare(void);
+static void at_fork_parent(void);
+static void at_fork_child(void);
+
+/* Starts the thread (h.lock held). */
+static void start_locked(void) {
+    if (h.running || h.manual) return;
+    if (!h.atfork) h.atfork = pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child) == 0;
+    atomic_store(&h.stop, false);
+    h.current = -1;
+    h.running = pthread_create(&h.thread, NULL, loop, NULL) == 0;
+    h.starts += h.running;
+}
+
+/* Stops the thread and waits for it (h.lock held; released while waiting). */
+static void stop_locked(void) {
+    if (!h.running) return;
+    atomic_store(&h.stop, true);
+    pthread_cond_broadcast(&h.cond);
+    pthread_t t = h.thread;
+    pthread_mutex_unlock(&h.lock);
+    pthread_join(t, NULL);
+    pthread_mutex_lock(&h.lock);
+    h.running = false;
+    atomic_store(&h.stop, false);
+    memset(h.ctx, 0, sizeof h.ctx); /* the driver may differ at the next start */
+}
+
+void xsa_helper_wake(void *ctx, int device) {
+    (void)ctx, (void)device;
+    pthread_mutex_lock(&h.lock);
+    h.woken = true;
+    start_locked();
+    pthread_cond_signal(&h.cond);
+    pthread_mutex_unlock(&h.lock);
+}
+
+void xsa_helper_stop(void) {
+    pthread_mutex_lock(&h.lock);
+    stop_locked();
+    pthread_mutex_unlock(&h.lock);
+}
+
+void xsa_helper_set_manual(bool manual) {
+    pthread_mutex_lock(&h.lock);
+    if (manual) stop_locked();
+    h.manual = manual;
+    pthread_mutex_unlock(&h.lock);
+}
+
+bool xsa_helper_running(void) {
+    pthread_mutex_lock(&h.lock);
+    bool running = h.running;
+    pthread_mutex_unlock(&h.lock);
+    return running;
+}
+
+uint64_t xsa_helper_starts(void) {
+    pthread_mutex_lock(&h.lock);
+    uint64_t n = h.starts;
+    pthread_mutex_unlock(&h.lock);
+    return n;
+}
+
+/* ---- fork ---- */
+
+static void at_fork_prepare(void) {
+    pthread_mutex_lock(&h.lock);
+    h.restart = h.running;
+    stop_locked(); /* h.lock is held again after, across the fork */
+}
+
+static void at_fork_parent(void) {
+    if (h.restart) start_locked();
+    h.restart = false;
+    pthread_mutex_unlock(&h.lock);
+}
+
+static void at_fork_child(void) {
+    /* No thread here: the child's first wake starts one. */
+    h.restart = false;
+    h.running = false;
+    pthread_mutex_unlock(&h.lock);
+}
+
+/* Every pool gets the wake callback (api/devices.c), from load time on. */
+__attribute__((constructor)) static void register_wake(void) { xsa_devices_set_helper_wake(xsa_helper_wake); }

@@ -1,0 +1,446 @@
+/*
+ * pool/decay: decay purging (page_decay_ms). Reserved memory follows live
+ * memory down: free pages of the global memory pool's expandable segments
+ * that no request used for page_decay_ms are unmapped and released, oldest
+ * first, by the helper thread (pool/jobs.c), never on the allocation path.
+ *
+ * Ages. The helper ticks every page_decay_ms / 8 (at least 1 ms, the
+ * helper's clock: api/helper.h, injectable). At each tick it walks the
+ * segments' blocks and keeps, per page, since when it has seen the page
+ * free (a whole page inside a free block). The cache-hit path pays
+ * nothing for this: it already stamps every block it puts in or changes
+ * in a free set with the pool's free-lookup clock (gc_base, for garbage
+ * collection), and each tick moves that clock on (when garbage collection
+ * does not: it moves on at lookups then), so a free block stamped before
+ * the last tick has not been touched since. A free block touched since
+ * (split by a request, grown by a free) was used at its low end: best fit
+ * splits a free block's front, and a freed block merges into its
+ * neighbour. How far up is not recorded, so the pages within `reach` of
+ * its low end count as used now: reach is the highest allocated bytes
+ * since the last tick (read from the allocated_bytes peak, which the tick
+ * resets; pool/stats.c keeps the user's peak whole) less the least
+ * allocated at any tick of the window (memory that stayed allocated
+ * cannot have been placed there). The pages of a large free block beyond
+ * that (an evaluation's activations after the step that used them, while
+ * training keeps using the block's front) age.
+ *
+ * How much. Besides its age, the memory released is bounded by amount:
+ * reserved memory stays at or above (1 + page_recycling_headroom) times
+ * the highest allocated bytes of any tick interval in the last
+ * page_decay_ms, so memory the program needed in that time (beyond the
+ * headroom's fragmentation) stays even where the ages above guessed
+ * wrong. Oldest first: free blocks by the age of their youngest page in
+ * the range, each from its high end, whole chunks only (the driver
+ * releases whole handles).
+ *
+ * Safety. The ages decide what goes, never when: a range that goes is
+ * first taken out of the cache (held and draining: nobody's memory, out
+ * of reserved), then a fence (pool/sweep.c: an event on every segment
+ * stream) is recorded, and the range is unmapped only once a fence
+ * recorded after it was taken has completed: every kernel queued before
+ * that, on any stream that allocates, is done, and nothing was queued on
+ * the range since. No fence is recorded or queried during a capture
+ * (the ranges wait). The unmap and release are the helper's job outside
+ * the device's lock (pool/jobs.c); releasing the cache (empty_cache, the
+ * out-of-memory fallback) synchronizes the streams anyway and releases
+ * the waiting ranges itself.
+ */
+#include "pool/decay.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/pages.h"
+#include "pool/state.h"
+#include "pool/stats.h"
+#include "pool/sweep.h"
+#include "pool/trace.h"
+
+#define SAMPLES 64            /* ticks kept: a window is 8 ticks, more if the clock jumps */
+#define MIN_TICK_NS 1000000ull
+#define FENCE_POLL_NS 2000000ull /* a waiting fence is looked at again after this */
+
+typedef struct sample {
+    uint64_t t;
+    int64_t peak, low;        /* highest allocated bytes since the tick before, allocated at the tick */
+} sample;
+
+typedef struct range {
+    xsa_block *block;
+    uint64_t fence;           /* the fence it waits for (sequence number) */
+    bool in_job;              /* handed to a helper job */
+} range;
+
+typedef struct xsa_decay {
+    uint64_t ticks, last;     /* ticks so far, and the last one's time (ns) */
+    uint64_t polled;          /* the last round */
+    uint64_t marks[XSA_POOL_KINDS]; /* the free-lookup clock after the last tick */
+    sample s[SAMPLES];        /* the window's ticks, oldest at head */
+    size_t head, n;
+    xsa_sweep *fence;         /* recorded as number `recorded`, not yet seen complete */
+    uint64_t recorded, completed;
+    range *ranges;            /* taken out of the cache, waiting to go */
+    size_t n_ranges, cap_ranges;
+} xsa_decay;
+
+static uint64_t window_ns(const xsa_pool *p) { return (uint64_t)p->opt.page_decay_ms * 1000000ull; }
+
+static uint64_t period_ns(const xsa_pool *p) {
+    uint64_t t = window_ns(p) / 8;
+    return t < MIN_TICK_NS ? MIN_TICK_NS : t;
+}
+
+static xsa_decay *state(xsa_pool *p) {
+    if (!p->decay) p->decay = calloc(1, sizeof *p->decay);
+    return p->decay;
+}
+
+uint64_t xsa_decay_due(const xsa_pool *p) {
+    const xsa_decay *d = p->decay;
+    bool on = p->opt.page_decay_ms && p->expandable;
+    if (!d) return on ? 0 : UINT64_MAX;
+    uint64_t due = !on ? UINT64_MAX : d->ticks ? d->last + period_ns(p) : 0;
+    /* Ranges waiting for their fence (taken before decay was turned off
+     * too) are looked at again soon. */
+    bool waiting = false;
+    for (size_t i = 0; i < d->n_ranges && !waiting; i++) waiting = !d->ranges[i].in_job;
+    if (waiting && d->polled + FENCE_POLL_NS < due) due = d->polled + FENCE_POLL_NS;
+    return due;
+}
+
+/* ---- the window ---- */
+
+static void push(xsa_decay *d, sample s) {
+    if (d->n == SAMPLES) {
+        d->head = (d->head + 1) % SAMPLES;
+        d->n--;
+    }
+    d->s[(d->head + d->n++) % SAMPLES] = s;
+}
+
+/* Drops the samples older than the window (the newest always stays); the
+ * highest peak and lowest allocated bytes of those left. */
+static void window(xsa_decay *d, uint64_t now, uint64_t span, int64_t *need, int64_t *floor) {
+    while (d->n > 1 && d->s[d->head].t + span < now) {
+        d->head = (d->head + 1) % SAMPLES;
+        d->n--;
+    }
+    *need = 0;
+    *floor = INT64_MAX;
+    for (size_t i = 0; i < d->n; i++) {
+        const sample *s = &d->s[(d->head + i) % SAMPLES];
+        if (s->peak > *need) *need = s->peak;
+        if (s->low < *floor) *floor = s->low;
+    }
+}
+
+/* ---- ages ---- */
+
+static bool decays(const xsa_pool *p, const xsa_seg *s) { return s->expandable && s->mp == &p->global; }
+
+static size_t page_of(const xsa_pool *p, const xsa_seg *s, uintptr_t a) { return (a - s->base) / p->page_size; }
+
+static size_t page_above(const xsa_pool *p, const xsa_seg *s, uintptr_t a) {
+    return (a - s->base + p->page_size - 1) / p->page_size;
+}
+
+/* Pages [lo, hi) are not free: their age is forgotten. */
+static void not_free(xsa_seg *s, size_t lo, size_t hi) {
+    if (hi > s->n_free_since) hi = s->n_free_since;
+    for (size_t pg = lo; pg < hi; pg++) s->free_since[pg] = 0;
+}
+
+/* Free block b at tick `stamp`: its whole pages age unless `changed`
+ * said a request may have used them (within `reach` of its low end). */
+static void age_free(const xsa_pool *p, xsa_seg *s, const xsa_block *b, bool changed, size_t reach, uint64_t stamp) {
+    size_t lo = page_of(p, s, b->ptr), hi = page_above(p, s, b->ptr + b->size);
+    size_t whole_lo = page_above(p, s, b->ptr), whole_hi = page_of(p, s, b->ptr + b->size);
+    if (whole_hi <= whole_lo) {
+        not_free(s, lo, hi);
+        return;
+    }
+    not_free(s, lo, whole_lo);
+    not_free(s, whole_hi, hi);
+    size_t touched = changed ? page_above(p, s, b->ptr + reach) : whole_lo;
+    for (size_t pg = whole_lo; pg < whole_hi; pg++)
+        if (pg < touched || !s->free_since[pg]) s->free_since[pg] = stamp;
+    if (whole_hi > s->n_free_since) s->n_free_since = whole_hi;
+}
+
+/* The tick's walk over the segments that decay. */
+static void age_pages(xsa_pool *p, const uint64_t prev[XSA_POOL_KINDS], size_t reach, uint64_t stamp) {
+    for (xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if (!decays(p, s)) continue;
+        if (!s->free_since && !(s->free_since = calloc(s->vm.max_pages, sizeof *s->free_since))) continue;
+        for (const xsa_block *b = s->first; b; b = b->next) {
+            if (b->mapped && xsa_block_is_free(b))
+                age_free(p, s, b, b->gc_base >= prev[s->kind], reach, stamp);
+            else
+                not_free(s, page_of(p, s, b->ptr), page_above(p, s, b->ptr + b->size));
+        }
+    }
+}
+
+/* ---- the fence ---- */
+
+/* Looks at the fence under way; records one when ranges wait for one
+ * recorded after them. */
+static void fence(xsa_pool *p, xsa_decay *d, xsa_cu_result *failure) {
+    if (d->fence) {
+        xsa_cu_result r = xsa_sweep_wait(p, d->fence, false);
+        if (r == XSA_CU_ERROR_NOT_READY) return;
+        if (r != XSA_CU_SUCCESS && *failure == XSA_CU_SUCCESS) *failure = r;
+        if (r == XSA_CU_SUCCESS) d->completed = d->recorded;
+        xsa_sweep_drop(p, d->fence); /* a failed one is recorded again */
+        d->fence = NULL;
+    }
+    bool waiting = false;
+    for (size_t i = 0; i < d->n_ranges; i++) waiting |= d->ranges[i].fence > d->completed;
+    if (!waiting) return;
+    xsa_cu_result why = XSA_CU_SUCCESS;
+    if (!(d->fence = xsa_sweep_record(p, &why))) {
+        if (why != XSA_CU_ERROR_OUT_OF_MEMORY && *failure == XSA_CU_SUCCESS) *failure = why;
+        return;
+    }
+    d->fence->drains = 1; /* decay's own: dropped when seen complete */
+    d->recorded++;
+}
+
+/* ---- choosing ---- */
+
+typedef struct run {
+    xsa_block *block;
+    size_t lo, hi;            /* pages */
+    uint64_t youngest;        /* the latest free_since among them */
+} run;
+
+static int older_first(const void *a, const void *b) {
+    uint64_t x = ((const run *)a)->youngest, y = ((const run *)b)->youngest;
+    return (x > y) - (x < y);
+}
+
+/* The latest free_since of pages [lo, hi), or 0 if one of them has not
+ * been free since `before` or earlier. */
+static uint64_t old_since(const xsa_seg *s, size_t lo, size_t hi, uint64_t before) {
+    uint64_t youngest = 0;
+    if (hi > s->n_free_since) return 0;
+    for (size_t pg = lo; pg < hi; pg++) {
+        uint64_t f = s->free_since[pg];
+        if (!f || f > before) return 0;
+        if (f > youngest) youngest = f;
+    }
+    return youngest;
+}
+
+/* The highest run of whole chunks of free block b whose pages have all
+ * been free since `before` or earlier; false if none. */
+static bool old_run(const xsa_pool *p, const xsa_block *b, uint64_t before, run *out) {
+    const xsa_seg *s = b->seg;
+    size_t first, end, start;
+    if (!xsa_pages_whole_chunks(p, b, &first, &end)) return false;
+    *out = (run){(xsa_block *)b, 0, 0, 0};
+    for (size_t c = end; c > first; c = start) {
+        xsa_segment_chunk(&s->vm, c - 1, &start);
+        uint64_t since = old_since(s, start, c, before);
+        if (!since) {
+            if (out->hi) break; /* the run ends below its highest old chunk */
+            continue;
+        }
+        if (!out->hi) out->hi = c;
+        out->lo = start;
+        if (since > out->youngest) out->youngest = since;
+    }
+    return out->hi != 0;
+}
+
+static bool keep_range(xsa_decay *d, xsa_block *b) {
+    if (d->n_ranges == d->cap_ranges) {
+        size_t cap = d->cap_ranges ? 2 * d->cap_ranges : 8;
+        range *grown = realloc(d->ranges, cap * sizeof *grown);
+        if (!grown) return false;
+        d->ranges = grown;
+        d->cap_ranges = cap;
+    }
+    d->ranges[d->n_ranges++] = (range){b, d->recorded + 1, false};
+    return true;
+}
+
+/* Takes pages [lo, hi) of free block b out of the cache to go: held,
+ * draining (out of reserved), waiting for the next fence. */
+static bool take(xsa_pool *p, xsa_decay *d, xsa_block *b, size_t lo, size_t hi) {
+    xsa_seg *s = b->seg;
+    char err[128];
+    if (!keep_range(d, NULL)) return false;
+    if (xsa_pages_isolate(p, b, s->base + lo * p->page_size, s->base + hi * p->page_size, err, sizeof err) != XSA_POOL_OK) {
+        d->n_ranges--;
+        return false;
+    }
+    d->ranges[d->n_ranges - 1].block = b;
+    b->draining = b->held = true;
+    s->held++;
+    s->draining_pages += hi - lo;
+    xsa_pages_account(p, s, hi - lo, 0, -1);
+    not_free(s, lo, hi);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, b->ptr, b->size, b->size, s->stream);
+    return true;
+}
+
+/* Chooses what goes at this tick: old runs, oldest first, from their
+ * high end, while reserved stays above the bound. */
+static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
+    double bound = (1.0 + p->opt.page_recycling_headroom) * (double)need;
+    if ((double)p->reserved <= bound) return;
+    size_t budget = (size_t)(((double)p->reserved - bound) / (double)p->page_size);
+    uint64_t span = window_ns(p), before = stamp > span ? stamp - span : 0;
+    size_t n = 0, cap = 0;
+    run *runs = NULL;
+    for (xsa_seg *s = p->segments; s; s = s->next_seg) {
+        if (!decays(p, s) || !s->free_since) continue;
+        for (xsa_block *b = s->first; b; b = b->next) {
+            run r;
+            if (!b->mapped || !xsa_block_is_free(b) || !old_run(p, b, before, &r)) continue;
+            if (n == cap) {
+                run *grown = realloc(runs, (cap = cap ? 2 * cap : 16) * sizeof *grown);
+                if (!grown) break;
+                runs = grown;
+            }
+            runs[n++] = r;
+        }
+    }
+    qsort(runs, n, sizeof *runs, older_first);
+    for (size_t i = 0; i < n && budget; i++) {
+        const xsa_seg *s = runs[i].block->seg;
+        size_t lo = runs[i].hi, start;
+        while (lo > runs[i].lo) { /* whole chunks from the high end, within the budget */
+                xsa_segment_chunk(&s->vm, lo - 1, &start);
+            if (runs[i].hi - start > budget) break;
+            lo = start;
+        }
+        if (lo == runs[i].hi || !take(p, d, runs[i].block, lo, runs[i].hi)) continue;
+        budget -= runs[i].hi - lo;
+    }
+    free(runs);
+}
+
+/* ---- the tick and the round ---- */
+
+static void tick(xsa_pool *p, xsa_decay *d, uint64_t now) {
+    uint64_t stamp = now + 1; /* 0 means "not free" */
+    int64_t peak = xsa_pool_take_interval_peak(p), low = p->stats.allocated_bytes[XSA_STAT_ALL].current;
+    push(d, (sample){now, peak, low});
+    int64_t need, floor;
+    window(d, now, window_ns(p), &need, &floor);
+    uint64_t prev[XSA_POOL_KINDS];
+    for (int k = 0; k < XSA_POOL_KINDS; k++) {
+        prev[k] = d->ticks ? d->marks[k] : 0;
+        if (p->opt.garbage_collection_threshold <= 0) p->free_lookups[k]++;
+        d->marks[k] = p->free_lookups[k];
+    }
+    size_t reach = (size_t)(peak > floor ? peak - floor : 0) + p->page_size;
+    age_pages(p, prev, reach, stamp);
+    d->last = now;
+    d->ticks++;
+    if (!p->capturing) choose(p, d, stamp, need);
+}
+
+size_t xsa_decay_round(xsa_pool *p, uint64_t now, xsa_block **out, size_t max, xsa_cu_result *failure) {
+    bool on = p->opt.page_decay_ms && p->expandable;
+    if (!on && !p->decay) return 0;
+    xsa_decay *d = state(p);
+    if (!d) return 0;
+    if (on && (!d->ticks || now >= d->last + period_ns(p))) tick(p, d, now);
+    d->polled = now;
+    if (p->capturing) return 0; /* no fence is recorded or looked at */
+    fence(p, d, failure);
+    size_t n = 0;
+    for (size_t i = 0; i < d->n_ranges && n < max; i++) {
+        range *r = &d->ranges[i];
+        if (r->in_job || r->fence > d->completed) continue;
+        r->in_job = true;
+        out[n++] = r->block;
+    }
+    return n;
+}
+
+/* Forgets range i. */
+static void drop_range(xsa_decay *d, size_t i) { d->ranges[i] = d->ranges[--d->n_ranges]; }
+
+static size_t find_range(const xsa_decay *d, const xsa_block *b) {
+    size_t i = 0;
+    while (i < d->n_ranges && d->ranges[i].block != b) i++;
+    return i;
+}
+
+/* Range b (held, draining) is gone from the cache for good or back in it. */
+static void end_range(xsa_pool *p, xsa_block *b, bool was_unmapped) {
+    xsa_seg *s = b->seg;
+    size_t pages = b->size / p->page_size;
+    b->held = b->draining = false;
+    s->held--;
+    s->draining_pages -= pages;
+    if (was_unmapped) {
+        b->mapped = false;
+        p->stats.num_device_free++;
+        p->stats.num_pages_unmapped += (int64_t)pages;
+        xsa_pages_merge_unmapped(p, b);
+        return;
+    }
+    xsa_pages_account(p, s, pages, 0, +1);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);
+    xsa_pages_return_free(p, b);
+}
+
+void xsa_decay_released(xsa_pool *p, xsa_block *b, bool was_unmapped) {
+    xsa_decay *d = p->decay;
+    size_t i = find_range(d, b);
+    if (i < d->n_ranges) drop_range(d, i);
+    end_range(p, b, was_unmapped);
+}
+
+xsa_cu_result xsa_decay_release_waiting(xsa_pool *p) {
+    xsa_decay *d = p->decay;
+    xsa_cu_result first = XSA_CU_SUCCESS;
+    for (size_t i = 0; d && i < d->n_ranges;) {
+        range *r = &d->ranges[i];
+        if (r->in_job) {
+            i++;
+            continue;
+        }
+        xsa_block *b = r->block;
+        xsa_seg *s = b->seg;
+        xsa_cu_result res = xsa_segment_unmap(&s->vm, page_of(p, s, b->ptr), b->size / p->page_size, NULL);
+        if (res != XSA_CU_SUCCESS && first == XSA_CU_SUCCESS) first = res;
+        drop_range(d, i);
+        end_range(p, b, res == XSA_CU_SUCCESS);
+    }
+    return first;
+}
+
+void xsa_decay_destroy(xsa_pool *p) {
+    xsa_decay *d = p->decay;
+    if (!d) return;
+    if (d->fence) xsa_sweep_drop(p, d->fence);
+    free(d->ranges);
+    free(d);
+    p->decay = NULL;
+}
+
+int xsa_decay_check(const xsa_pool *p, size_t *ranges, char *err, size_t errlen) {
+    const xsa_decay *d = p->decay;
+    *ranges = d ? d->n_ranges : 0;
+    for (size_t i = 0; d && i < d->n_ranges; i++) {
+        const xsa_block *b = d->ranges[i].block;
+        if (!b->held || !b->draining || !b->mapped || !decays(p, b->seg))
+            return xsa_check_fail(err, errlen, "decay range %#lx: not a held draining block of a decaying segment",
+                                  (unsigned long)b->ptr);
+        if (d->ranges[i].fence > d->recorded + 1)
+            return xsa_check_fail(err, errlen, "decay range %#lx waits for fence %llu, %llu recorded",
+                                  (unsigned long)b->ptr, (unsigned long long)d->ranges[i].fence,
+                                  (unsigned long long)d->recorded);
+        for (size_t j = i + 1; j < d->n_ranges; j++)
+            if (d->ranges[j].block == b) return xsa_check_fail(err, errlen, "decay range %#lx twice", (unsigned long)b->ptr);
+    }
+    return 1;
+}

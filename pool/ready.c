@@ -1,0 +1,88 @@
+/*
+ * pool/ready: pages readied ahead of a growing segment, so that the next
+ * request the cache misses finds them mapped instead of making the driver
+ * calls (cuMemCreate, cuMemMap, cuMemSetAccess: about 50 us a one-page
+ * handle on an H100 with kernels queued) on the allocation path.
+ *
+ * Design: a growth that created pages (pool/expand.c) notes where it
+ * ended and how many it created, and wakes the helper thread. The helper
+ * takes the unmapped range there, as many pages as that growth created
+ * (at most one handle's worth, expandable_handle_mb), out of everyone's
+ * reach (a held unmapped block: no growth maps there meanwhile), creates,
+ * maps and grants them outside the device's lock (vmm/segment_job.h), and
+ * then gives them to the segment as a free block, merged with the free
+ * block the growth left before it: the next miss of that stream is a
+ * cache hit. Only pages a growth would create now are readied: within the
+ * recycling headroom (a growth beyond it moves free pages instead of
+ * creating them, pool/recycle.c) and the memory fraction, and only for
+ * the global memory pool (a memory pool's memory belongs to its graphs).
+ * Readied pages are ordinary free memory from then on: recycled, released
+ * by empty_cache, and with decay on (pool/decay.c) released again if no
+ * request uses them. A readying that fails is dropped (an out-of-memory
+ * quietly: it was a guess; the growth that needs the pages will say).
+ */
+#include "pool/ready.h"
+
+#include "pool/block.h"
+#include "pool/core.h"
+#include "pool/pages.h"
+#include "pool/recycle.h"
+#include "pool/state.h"
+#include "pool/trace.h"
+
+/* The unmapped block starting at page `page` of s that no job holds, or NULL. */
+static xsa_block *unmapped_at(const xsa_pool *p, const xsa_seg *s, size_t page) {
+    uintptr_t at = s->base + page * p->page_size;
+    for (xsa_block *b = s->first; b; b = b->next) {
+        if (b->ptr + b->size <= at) continue;
+        return b->ptr == at && !b->mapped && !b->held ? b : NULL;
+    }
+    return NULL;
+}
+
+/* How many of `want` pages to ready: what a growth would create now
+ * (pool/recycle.c's headroom rule, the memory fraction), below the peak
+ * of reserved memory. */
+static size_t creatable(const xsa_pool *p, size_t want) {
+    size_t moved = xsa_recycle_pages_wanted(p, 0, want), n = want - moved;
+    size_t room = p->allowed_max > p->reserved ? (p->allowed_max - p->reserved) / p->page_size : 0;
+    int64_t peak = p->stats.reserved_bytes[XSA_STAT_ALL].peak;
+    size_t below = peak > (int64_t)p->reserved ? (size_t)(peak - (int64_t)p->reserved) / p->page_size : 0;
+    if (room > below) room = below;
+    return n < room ? n : room;
+}
+
+size_t xsa_ready_hold(xsa_pool *p, xsa_block **out, size_t *chunk_pages, size_t max) {
+    size_t count = 0;
+    for (xsa_seg *s = p->segments; s && count < max; s = s->next_seg) {
+        size_t want = s->grew_pages;
+        s->grew_pages = 0; /* one readying a growth */
+        if (!want || !s->expandable || s->mp != &p->global) continue;
+        xsa_block *u = unmapped_at(p, s, s->grew_at);
+        if (!u) continue;
+        size_t n = want < u->size / p->page_size ? want : u->size / p->page_size;
+        n = creatable(p, n);
+        if (!n) continue;
+        xsa_block *m = n * p->page_size < u->size ? xsa_pool_carve_front(p, u, n * p->page_size) : u;
+        if (!m) continue;
+        m->held = true;
+        s->held++;
+        chunk_pages[count] = xsa_recycle_new_chunk_pages(p, 0);
+        out[count++] = m;
+    }
+    return count;
+}
+
+void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped) {
+    xsa_seg *s = b->seg;
+    b->held = false;
+    s->held--;
+    if (!was_mapped) {
+        xsa_pages_merge_unmapped(p, b);
+        return;
+    }
+    b->mapped = true;
+    xsa_pages_account(p, s, 0, b->size / p->page_size, +1);
+    XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);
+    xsa_pages_return_free(p, b);
+}
