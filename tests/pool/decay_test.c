@@ -1,0 +1,425 @@
+/*
+ * decay_test: the helper thread's work on one pool (pool/jobs.h), with its
+ * rounds run here at chosen times of its clock, so every case is
+ * deterministic: decay purging (pages unused for page_decay_ms go, not
+ * before, oldest first, never pages a request uses, never below what the
+ * window needed), its fence against work in flight (no unmap under a
+ * kernel, none during a capture), readying pages where a growth ended,
+ * unmapping recycling's old addresses off the allocation path, and each
+ * job's driver failure, which leaves the pages as they were and reaches
+ * the next malloc. Both invariant checkers run after every step.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pool/jobs.h"
+#include "tests/pool/pool_fixture.h"
+
+#define MS 1000000ull           /* ns */
+#define DECAY_MS 100u           /* the cases' page_decay_ms: a tick every 12.5 ms */
+#define TICK (DECAY_MS * MS / 8)
+
+static void decay_on(xsa_pool_options *o) {
+    o->helper_thread = true;
+    o->page_decay_ms = DECAY_MS;
+}
+
+static void helper_only(xsa_pool_options *o) { o->helper_thread = true; }
+
+static void helper_recycling(xsa_pool_options *o) {
+    o->helper_thread = true;
+    o->page_recycling = true;
+}
+
+/* One round of the helper at `now` (plan, the driver calls, commit), as
+ * api/helper.c runs it, then both checkers. */
+static void round_at(xsa_pool *p, uint64_t now) {
+    xsa_pool_jobs jobs;
+    xsa_pool_jobs_plan(p, now, &jobs);
+    check(p);
+    xsa_pool_jobs_run(&jobs);
+    xsa_pool_jobs_commit(p, &jobs);
+    check(p);
+}
+
+/* Rounds at every tick from `from` to `to` (both included). */
+static void rounds(xsa_pool *p, uint64_t from, uint64_t to) {
+    for (uint64_t t = from; t <= to; t += TICK) round_at(p, t);
+}
+
+static int64_t reserved(xsa_pool *p) { return stats(p).reserved_bytes[XSA_STAT_ALL].current; }
+
+/* A 2 MiB block that stays, and 40 MiB used once and freed (an
+ * evaluation's burst): 42 MiB reserved, 20 pages free. */
+static void *params_and_burst(xsa_pool *p) {
+    void *params = alloc(p, 2 * MiB, S0);
+    release(p, alloc(p, 40 * MiB, S0));
+    assert_int_equal(reserved(p), 42 * MiB);
+    return params;
+}
+
+static void test_unused_pages_go_after_the_decay_time_not_before(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = params_and_burst(p);
+    /* Through page_decay_ms after the burst, the window still holds its
+     * peak and the pages are younger: nothing goes. */
+    rounds(p, 0, DECAY_MS * MS);
+    assert_int_equal(reserved(p), 42 * MiB);
+    assert_int_equal(usage().handle_bytes, 42 * MiB);
+    /* The next tick takes the old pages out of the cache, oldest first
+     * from the high end, while reserved stays above 1.01 x 2 MiB: 19 of
+     * the 20 pages. They are out of reserved at once, and released once
+     * their fence has completed (the stream's work is queued until told). */
+    round_at(p, DECAY_MS * MS + TICK);
+    assert_int_equal(reserved(p), 4 * MiB);
+    assert_int_equal(usage().handle_bytes, 42 * MiB);
+    round_at(p, DECAY_MS * MS + 2 * TICK);
+    assert_int_equal(usage().handle_bytes, 42 * MiB);
+    xsa_sim_complete_all();
+    round_at(p, DECAY_MS * MS + 3 * TICK);
+    assert_int_equal(usage().handle_bytes, 4 * MiB);
+    xsa_device_stats s = stats(p);
+    assert_int_equal(s.num_pages_unmapped, 19);
+    assert_int_equal(s.reserved_bytes[XSA_STAT_ALL].peak, 42 * MiB); /* the user's peak stays */
+    assert_int_equal(s.allocated_bytes[XSA_STAT_ALL].peak, 42 * MiB);
+    /* Memory is there again for the next burst (new pages). */
+    void *again = alloc(p, 40 * MiB, S0);
+    release(p, again);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_a_free_block_used_at_its_front_keeps_it_and_loses_the_rest(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = params_and_burst(p);
+    /* Training goes on: every 5 ms a step allocates 8 MiB at the front of
+     * the burst's free block and frees it; the helper ticks between. */
+    uint64_t creates = driver_calls(XSA_DRV_mem_create);
+    uint64_t next_tick = 0;
+    for (uint64_t t = 0; t <= 3 * DECAY_MS * MS; t += 5 * MS) {
+        release(p, alloc(p, 8 * MiB, S0));
+        if (t >= next_tick) {
+            round_at(p, t);
+            next_tick += TICK;
+            xsa_sim_complete_all();
+        }
+    }
+    /* The 30 MiB above the steps' reach went; what the steps use stayed,
+     * and they never missed the cache. */
+    assert_int_equal(reserved(p), 12 * MiB);
+    assert_int_equal(usage().handle_bytes, 12 * MiB);
+    assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_what_the_window_needed_stays_whatever_the_ages(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = alloc(p, 2 * MiB, S0);
+    release(p, alloc(p, 20 * MiB, S1)); /* another stream's 20 MiB, never used again */
+    uint64_t next_tick = 0;
+    for (uint64_t t = 0; t <= 3 * DECAY_MS * MS; t += 5 * MS) {
+        release(p, alloc(p, 20 * MiB, S0)); /* a step of 20 MiB on S0 */
+        if (t >= next_tick) {
+            round_at(p, t);
+            next_tick += TICK;
+            xsa_sim_complete_all();
+        }
+    }
+    /* S1's pages are old, but the window needed 22 MiB at once: reserved
+     * stays at 1.01 x that or more (9 of S1's 10 pages went). */
+    assert_int_equal(reserved(p), 24 * MiB);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_pages_every_step_uses_stay_though_the_window_needed_less(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    /* params [0, 2) | x [2, 10) | pin [10, 12) | w [12, 16) | end [16, 18)
+     * MiB, x and w free. Each step uses x, then w, one at a time: 14 MiB
+     * at once at most, 18 reserved. The window would let one page go, but
+     * every free page is used at every step: none goes, no step misses. */
+    void *params = alloc(p, 2 * MiB, S0), *x = alloc(p, 8 * MiB, S0), *pin = alloc(p, 2 * MiB, S0);
+    void *w = alloc(p, 4 * MiB, S0), *end = alloc(p, 2 * MiB, S0);
+    release(p, x);
+    release(p, w);
+    uint64_t creates = driver_calls(XSA_DRV_mem_create), next_tick = 0;
+    for (uint64_t t = 0; t <= 3 * DECAY_MS * MS; t += 5 * MS) {
+        assert_ptr_equal(x = alloc(p, 8 * MiB, S0), (char *)params + 2 * MiB);
+        release(p, x);
+        assert_ptr_equal(w = alloc(p, 4 * MiB, S0), (char *)pin + 2 * MiB);
+        release(p, w);
+        if (t >= next_tick) {
+            round_at(p, t);
+            next_tick += TICK;
+            xsa_sim_complete_all();
+        }
+    }
+    assert_int_equal(reserved(p), 18 * MiB);
+    assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
+    release(p, end);
+    release(p, pin);
+    release(p, params);
+    teardown(p);
+}
+
+/* A kernel on [ptr, ptr+size) on stream s, queued now. */
+static void kernel(void *s, void *ptr, size_t size) {
+    assert_int_equal(xsa_sim_launch(s, (xsa_devptr)(uintptr_t)ptr, size), XSA_CU_SUCCESS);
+}
+
+static void test_no_unmap_under_work_in_flight(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    xsa_sim_set_gpu_lag(1000); /* kernels complete 1000 simulated ticks after they are queued */
+    void *params = alloc(p, 2 * MiB, S0);
+    void *other = alloc(p, 2 * MiB, S1); /* S1 allocates: its work is fenced too */
+    void *burst = alloc(p, 40 * MiB, S0);
+    /* S1 reads the burst without record_stream, legal as long as the
+     * memory is reused on S0 only; its kernel outlives the free. */
+    kernel(S1, burst, 40 * MiB);
+    release(p, burst);
+    rounds(p, 0, DECAY_MS * MS + 4 * TICK);
+    /* The pages were taken out of the cache, but S1's kernel still runs:
+     * their fence has not completed and nothing is unmapped. */
+    assert_int_equal(reserved(p), 6 * MiB);
+    assert_int_equal(usage().handle_bytes, 44 * MiB);
+    xsa_sim_tick(1000);
+    round_at(p, DECAY_MS * MS + 5 * TICK);
+    round_at(p, DECAY_MS * MS + 6 * TICK);
+    assert_int_equal(usage().handle_bytes, 6 * MiB);
+    xsa_sim_violations v;
+    xsa_sim_get_violations(&v);
+    if (v.unmapped_in_use || v.races || v.bad_launches) fail_msg("the simulated GPU saw: %s", v.first);
+    release(p, other);
+    release(p, params);
+    xsa_sim_set_gpu_lag(-1);
+    teardown(p);
+}
+
+static void test_nothing_goes_during_a_capture(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = params_and_burst(p);
+    xsa_mempool_id graph = {1, 0};
+    pool_begin(p, graph, S1, true);
+    uint64_t queries = driver_calls(XSA_DRV_event_query), records = driver_calls(XSA_DRV_event_record);
+    rounds(p, 0, 3 * DECAY_MS * MS);
+    xsa_sim_complete_all();
+    round_at(p, 3 * DECAY_MS * MS + TICK);
+    /* No event was recorded or queried, nothing was taken or released. */
+    assert_int_equal(driver_calls(XSA_DRV_event_query), queries);
+    assert_int_equal(driver_calls(XSA_DRV_event_record), records);
+    assert_int_equal(reserved(p), 42 * MiB);
+    pool_end(p, graph);
+    pool_drop(p, graph);
+    round_at(p, 3 * DECAY_MS * MS + 2 * TICK);
+    xsa_sim_complete_all();
+    round_at(p, 3 * DECAY_MS * MS + 3 * TICK);
+    assert_int_equal(usage().handle_bytes, 4 * MiB);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_empty_cache_releases_what_waits_for_its_fence(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = params_and_burst(p);
+    rounds(p, 0, DECAY_MS * MS + TICK); /* taken, fence pending */
+    assert_int_equal(usage().handle_bytes, 42 * MiB);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    check(p);
+    assert_int_equal(usage().handle_bytes, 2 * MiB);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_decay_off_or_helper_off_does_nothing(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, helper_only);
+    void *params = params_and_burst(p);
+    assert_true(xsa_pool_jobs_due(p) == UINT64_MAX || xsa_pool_jobs_due(p) == 0);
+    rounds(p, 0, 3 * DECAY_MS * MS);
+    assert_int_equal(reserved(p), 42 * MiB);
+    release(p, params);
+    teardown(p);
+    p = make_pool(1 * GiB, true, NULL);
+    params = params_and_burst(p);
+    assert_true(xsa_pool_jobs_due(p) == UINT64_MAX);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_stats_peaks_stay_the_users(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = params_and_burst(p);
+    round_at(p, 0); /* the tick reads the interval's peak and starts it again */
+    assert_int_equal(stats(p).allocated_bytes[XSA_STAT_ALL].peak, 42 * MiB);
+    xsa_pool_reset_peak_stats(p);
+    assert_int_equal(stats(p).allocated_bytes[XSA_STAT_ALL].peak, 2 * MiB);
+    round_at(p, TICK);
+    assert_int_equal(stats(p).allocated_bytes[XSA_STAT_ALL].peak, 2 * MiB);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_pages_readied_where_a_growth_ended_below_the_peak(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, helper_only);
+    /* Reserved at its peak: a growth's next pages are not readied. */
+    void *a = alloc(p, 2 * MiB, S0);
+    uint64_t creates = driver_calls(XSA_DRV_mem_create);
+    round_at(p, 0);
+    assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
+    /* Below the peak (a burst released), a growth of one page readies the
+     * next one: the next miss of the stream is a cache hit. */
+    release(p, alloc(p, 20 * MiB, S0));
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    check(p);
+    assert_int_equal(reserved(p), 2 * MiB);
+    void *b = alloc(p, 2 * MiB, S0);
+    round_at(p, TICK);
+    assert_int_equal(reserved(p), 6 * MiB);
+    creates = driver_calls(XSA_DRV_mem_create);
+    void *c = alloc(p, 2 * MiB, S0);
+    assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
+    /* Readied pages are cached memory like any other. */
+    release(p, b);
+    release(p, c);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(reserved(p), 2 * MiB);
+    release(p, a);
+    teardown(p);
+}
+
+static void test_old_addresses_are_unmapped_off_the_allocation_path(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, helper_recycling);
+    /* Large segment of S0: a [0, 6), b [6, 10), c [10, 12) MiB; b freed,
+     * then the small pool grows by one of b's pages (moved, the old address
+     * draining). */
+    void *a = alloc(p, 6 * MiB, S0), *b = alloc(p, 4 * MiB, S0), *c = alloc(p, 2 * MiB, S0);
+    release(p, b);
+    uint64_t unmaps = driver_calls(XSA_DRV_mem_unmap);
+    void *d = alloc(p, 1000, S0);
+    assert_int_equal(stats(p).num_pages_recycled, 1);
+    assert_int_equal(driver_calls(XSA_DRV_mem_unmap), unmaps);
+    /* The helper unmaps the old address once its fence completed... */
+    round_at(p, 0);
+    assert_int_equal(driver_calls(XSA_DRV_mem_unmap), unmaps);
+    xsa_sim_complete_all();
+    round_at(p, TICK);
+    assert_int_equal(driver_calls(XSA_DRV_mem_unmap), unmaps + 1);
+    assert_int_equal(usage().mapped_bytes, 12 * MiB);
+    /* ... and the next growth takes the range back without a driver call
+     * of its own. */
+    void *e = alloc(p, 8 * MiB, S1);
+    assert_int_equal(driver_calls(XSA_DRV_mem_unmap), unmaps + 1);
+    release(p, e);
+    release(p, d);
+    release(p, a);
+    release(p, c);
+    teardown(p);
+}
+
+/* ---- failures ---- */
+
+/* The next malloc returns the helper's failure, once; the one after works. */
+static void expect_notice(xsa_pool *p, const char *call) {
+    void *ptr = NULL;
+    assert_int_equal(xsa_pool_malloc(p, 1000, S0, &ptr, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    if (!strstr(err, "helper thread") || !strstr(err, call)) fail_msg("the notice says: %s", err);
+    check(p);
+    release(p, alloc(p, 1000, S0));
+}
+
+static void test_a_failed_unmap_keeps_the_pages_and_reaches_the_next_malloc(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = params_and_burst(p);
+    rounds(p, 0, DECAY_MS * MS + TICK);
+    xsa_sim_complete_all();
+    xsa_sim_fail_call(XSA_DRV_mem_unmap, 1, XSA_CU_ERROR_UNKNOWN);
+    round_at(p, DECAY_MS * MS + 2 * TICK);
+    /* The pages are cached memory again, reserved and mapped. */
+    assert_int_equal(reserved(p), 42 * MiB);
+    assert_int_equal(usage().handle_bytes, 42 * MiB);
+    expect_notice(p, "cuMemUnmap");
+    /* Later rounds release them as usual. */
+    rounds(p, DECAY_MS * MS + 3 * TICK, 3 * DECAY_MS * MS);
+    xsa_sim_complete_all();
+    round_at(p, 3 * DECAY_MS * MS + TICK);
+    assert_true(usage().handle_bytes <= 6 * MiB);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_a_failed_release_keeps_the_handle_for_later(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = params_and_burst(p);
+    rounds(p, 0, DECAY_MS * MS + TICK);
+    xsa_sim_complete_all();
+    xsa_sim_fail_call(XSA_DRV_mem_release, 1, XSA_CU_ERROR_UNKNOWN);
+    round_at(p, DECAY_MS * MS + 2 * TICK);
+    /* Unmapped; one handle was kept, released by the segment later (the
+     * teardown finds the driver empty). */
+    assert_int_equal(usage().handle_bytes, 6 * MiB);
+    expect_notice(p, "cuMemRelease");
+    release(p, params);
+    teardown(p);
+}
+
+static void test_readying_that_fails_leaves_the_range_unmapped(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, helper_only);
+    void *a = alloc(p, 2 * MiB, S0);
+    release(p, alloc(p, 20 * MiB, S0));
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    /* Out of memory: a guess gone wrong, nobody is told (the next malloc,
+     * a growth, succeeds). */
+    void *b = alloc(p, 2 * MiB, S0);
+    xsa_sim_fail_call(XSA_DRV_mem_create, 1, XSA_CU_ERROR_OUT_OF_MEMORY);
+    round_at(p, 0);
+    assert_int_equal(reserved(p), 4 * MiB);
+    /* A refused map is told. */
+    void *c = alloc(p, 2 * MiB, S0);
+    xsa_sim_fail_call(XSA_DRV_mem_map, 1, XSA_CU_ERROR_UNKNOWN);
+    round_at(p, TICK);
+    assert_int_equal(reserved(p), 6 * MiB);
+    expect_notice(p, "cuMemMap");
+    release(p, c);
+    release(p, b);
+    release(p, a);
+    teardown(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unused_pages_go_after_the_decay_time_not_before),
+        cmocka_unit_test(test_a_free_block_used_at_its_front_keeps_it_and_loses_the_rest),
+        cmocka_unit_test(test_what_the_window_needed_stays_whatever_the_ages),
+        cmocka_unit_test(test_pages_every_step_uses_stay_though_the_window_needed_less),
+        cmocka_unit_test(test_no_unmap_under_work_in_flight),
+        cmocka_unit_test(test_nothing_goes_during_a_capture),
+        cmocka_unit_test(test_empty_cache_releases_what_waits_for_its_fence),
+        cmocka_unit_test(test_decay_off_or_helper_off_does_nothing),
+        cmocka_unit_test(test_stats_peaks_stay_the_users),
+        cmocka_unit_test(test_pages_readied_where_a_growth_ended_below_the_peak),
+        cmocka_unit_test(test_old_addresses_are_unmapped_off_the_allocation_path),
+        cmocka_unit_test(test_a_failed_unmap_keeps_the_pages_and_reaches_the_next_malloc),
+        cmocka_unit_test(test_a_failed_release_keeps_the_handle_for_later),
+        cmocka_unit_test(test_readying_that_fails_leaves_the_range_unmapped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
