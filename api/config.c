@@ -96,9 +96,10 @@
  *     expandable_segments:False is an error (in either order), rather than
  *     a setting silently without effect.
  * (8) Decay purging runs on the helper thread only (never on the
- *     allocation path): page_decay_ms above 0 with helper_thread:False is
- *     an error; helper_thread:False without page_decay_ms turns decay off.
- *     Both defaults follow XSA_HELPER_BY_DEFAULT (pool/options.h).
+ *     allocation path): page_decay_ms above 0 turns the helper on unless
+ *     helper_thread:False is given too, which is an error;
+ *     helper_thread:False without page_decay_ms turns decay off. Both
+ *     defaults follow XSA_HELPER_BY_DEFAULT (pool/options.h).
  *
  * Deviations from PyTorch's ranges: roundup_power2_divisions:0
  * (single-value form, refused by PyTorch) is accepted and means "no
@@ -737,14 +738,18 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
         p = skip_ws(p + 1, end); /* a single trailing comma ends the loop here */
     }
 
-    /* Decay runs on the helper thread only; turning the helper off turns
-     * the default decay off with it. */
+    /* Decay runs on the helper thread only: asking for decay turns the
+     * helper on, turning the helper off turns the default decay off, and
+     * asking for both decay and no helper is an error. */
     if (!cfg.pool.helper_thread && cfg.pool.page_decay_ms) {
-        if (seen[K_PAGE_DECAY_MS])
+        if (seen[K_PAGE_DECAY_MS] && seen[K_HELPER_THREAD])
             return fail(&ps, "key 'page_decay_ms' value '%.*s' needs the helper thread, but helper_thread is False; "
                              "accepted: page_decay_ms:0, or helper_thread:True",
                         (int)seen_val[K_PAGE_DECAY_MS].n, seen_val[K_PAGE_DECAY_MS].b);
-        cfg.pool.page_decay_ms = 0;
+        if (seen[K_PAGE_DECAY_MS])
+            cfg.pool.helper_thread = true;
+        else
+            cfg.pool.page_decay_ms = 0;
     }
     const char *needs_expandable = cfg.pool.peer_access ? "peer_access" : cfg.pool.ipc_handles ? "ipc_handles" : NULL;
     if (!cfg.pool.expandable_segments && needs_expandable)

@@ -85,14 +85,14 @@ static xsa_status merge(const xsa_pool_options *current, xsa_pool_options *next,
         if (keys[i].rule != RESET && !gave) memcpy(to, from, keys[i].size);
     }
     /* The rules config.c applies to one string, across old and new: decay
-     * runs on the helper thread only, and turning the helper off without
-     * naming page_decay_ms turns decay off with it. */
+     * runs on the helper thread only, so asking for it turns the helper on
+     * and turning the helper off turns it off (both given at odds fail to
+     * parse). */
     if (!next->helper_thread && next->page_decay_ms) {
         if (xsa_config_gave(ctx->given, "page_decay_ms"))
-            return xsa_fail(XSA_ERROR_NOT_SUPPORTED,
-                            "%s: key 'page_decay_ms' cannot be above 0 while helper_thread is False (decay runs on "
-                            "the helper thread)", ctx->fn);
-        next->page_decay_ms = 0;
+            next->helper_thread = true;
+        else
+            next->page_decay_ms = 0;
     }
     const char *needs = next->peer_access ? "peer_access" : next->ipc_handles ? "ipc_handles" : NULL;
     if (needs && !next->expandable_segments)

@@ -309,7 +309,7 @@ static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
             runs[n++] = r;
         }
     }
-    qsort(runs, n, sizeof *runs, older_first);
+    if (n) qsort(runs, n, sizeof *runs, older_first);
     for (size_t i = 0; i < n && budget; i++) {
         const xsa_seg *s = runs[i].block->seg;
         size_t lo = runs[i].hi, start;

@@ -1,0 +1,302 @@
+/*
+ * helper_test: the helper thread through the public API on the simulated
+ * driver: it starts lazily, once, and only with helper_thread on; decay on
+ * its own thread brings reserved memory down to live memory; shutdown and
+ * fork stop it cleanly (the child starts its own at its first growth, the
+ * parent's runs on); settings at run time turn it and decay on and off
+ * with config.c's rules; a failure of its driver calls reaches the next
+ * xsa_malloc or xsa_empty_cache as an error, once, and nothing is lost;
+ * and it runs beside threads that allocate (the TSan build checks the
+ * locking). Cases on the thread wait on real time (with generous limits);
+ * the failure cases use the helper's manual mode and a clock of their own.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "api/helper.h"
+#include "tests/api/api_fixture.h"
+#include "xsalloc/sim.h"
+#include "xsalloc/xsalloc.h"
+
+#define MiB ((size_t)1 << 20)
+#define MS 1000000ull
+#define WAIT_S 20 /* the longest a case waits for the thread (sanitizer builds are slow) */
+
+static int64_t reserved(void) {
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    return s.reserved_bytes[XSA_STAT_ALL].current;
+}
+
+static void nap_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* Waits until reserved memory is at most `bytes`; false after WAIT_S. */
+static bool reserved_drops_to(int64_t bytes) {
+    for (int i = 0; i < WAIT_S * 100; i++) {
+        if (reserved() <= bytes) return true;
+        nap_ms(10);
+    }
+    return false;
+}
+
+/* 2 MiB that stay and a 40 MiB burst, freed: 42 MiB reserved. */
+static void *params_and_burst(void) {
+    void *params, *burst;
+    OK(xsa_malloc(&params, 2 * MiB, 0, NULL));
+    OK(xsa_malloc(&burst, 40 * MiB, 0, NULL));
+    OK(xsa_free(burst));
+    return params;
+}
+
+static int setup(void **state) {
+    (void)state;
+    xsa_fixture_use_sim(1, (size_t)1 << 30);
+    xsa_sim_set_eager_events(1); /* work completes as queued: fences do on the thread */
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    xsa_helper_set_manual(false);
+    xsa_helper_set_clock(NULL, NULL);
+    xsa_sim_clear_faults();
+    xsa_fixture_shutdown_and_expect_empty();
+    assert_false(xsa_helper_running());
+    xsa_sim_set_eager_events(0);
+    return 0;
+}
+
+static void test_starts_lazily_once_and_only_when_on(void **state) {
+    (void)state;
+    uint64_t starts = xsa_helper_starts();
+    OK(xsa_init("helper_thread:False"));
+    void *params = params_and_burst();
+    assert_false(xsa_helper_running());
+    OK(xsa_free(params));
+    OK(xsa_shutdown());
+    OK(xsa_init("helper_thread:True"));
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s)); /* the pool, no growth yet */
+    assert_false(xsa_helper_running());
+    params = params_and_burst(); /* growths wake it */
+    assert_true(xsa_helper_running());
+    void *more;
+    OK(xsa_malloc(&more, 60 * MiB, 0, NULL));
+    assert_int_equal(xsa_helper_starts(), starts + 1);
+    OK(xsa_free(more));
+    OK(xsa_free(params));
+    OK(xsa_shutdown());
+    assert_false(xsa_helper_running());
+}
+
+static void test_decay_on_the_thread_follows_live_memory_down(void **state) {
+    (void)state;
+    OK(xsa_init("helper_thread:True,page_decay_ms:20"));
+    void *params = params_and_burst();
+    assert_true(reserved_drops_to(4 * MiB));
+    INVARIANTS(0);
+    /* The next burst gets new pages, and goes again. */
+    void *burst;
+    OK(xsa_malloc(&burst, 40 * MiB, 0, NULL));
+    xsa_fixture_fill(burst, 40 * MiB, 7);
+    assert_true(xsa_fixture_filled(burst, 40 * MiB, 7));
+    OK(xsa_free(burst));
+    assert_true(reserved_drops_to(4 * MiB));
+    OK(xsa_free(params));
+    INVARIANTS(0);
+}
+
+static void test_shutdown_stops_it_mid_work_and_init_starts_over(void **state) {
+    (void)state;
+    for (int round = 0; round < 3; round++) {
+        OK(xsa_init("helper_thread:True,page_decay_ms:1"));
+        void *params = params_and_burst();
+        for (int i = 0; i < 50; i++) {
+            void *p;
+            OK(xsa_malloc(&p, (size_t)(1 + i % 7) * 3 * MiB, 0, NULL));
+            OK(xsa_free(p));
+            if (i % 10 == 0) nap_ms(1);
+        }
+        OK(xsa_free(params));
+        OK(xsa_shutdown()); /* the thread may be between its plan and its commit */
+        assert_false(xsa_helper_running());
+        xsa_fixture_expect_sim_empty();
+    }
+}
+
+/* The child of a fork: no helper until its first growth, then decay works
+ * there; exit status 0 when every check held. */
+static int in_child(void) {
+    if (xsa_helper_running()) return 1;
+    void *burst; /* larger than the parent's cached burst: a growth */
+    if (xsa_malloc(&burst, 60 * MiB, 0, NULL) != XSA_SUCCESS) return 2;
+    if (!xsa_helper_running()) return 3;
+    if (xsa_free(burst) != XSA_SUCCESS) return 4;
+    if (!reserved_drops_to(4 * MiB)) return 5;
+    if (xsa_check_invariants(0) != XSA_SUCCESS) return 6;
+    return 0;
+}
+
+static void test_fork_stops_it_and_each_side_goes_on(void **state) {
+    (void)state;
+    OK(xsa_init("helper_thread:True,page_decay_ms:20"));
+    void *params = params_and_burst();
+    assert_true(xsa_helper_running());
+    uint64_t starts = xsa_helper_starts();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(in_child());
+    /* The parent's thread was stopped around the fork and runs again. */
+    assert_true(xsa_helper_running());
+    assert_int_equal(xsa_helper_starts(), starts + 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(reserved_drops_to(4 * MiB));
+    OK(xsa_free(params));
+    INVARIANTS(0);
+}
+
+static void test_settings_turn_it_and_decay_on_and_off(void **state) {
+    (void)state;
+    OK(xsa_init(NULL)); /* the defaults: XSA_HELPER_BY_DEFAULT */
+    void *params = params_and_burst();
+    FAILS(XSA_ERROR_CONFIG, xsa_set_allocator_settings("page_decay_ms:20,helper_thread:False"), "helper thread");
+    OK(xsa_set_allocator_settings("helper_thread:False"));
+    /* Decay asked for at run time turns the helper on: the memory freed
+     * before goes. */
+    OK(xsa_set_allocator_settings("page_decay_ms:20"));
+    assert_true(reserved_drops_to(4 * MiB));
+    /* The helper off takes decay with it: a burst then stays. */
+    OK(xsa_set_allocator_settings("helper_thread:False"));
+    void *burst;
+    OK(xsa_malloc(&burst, 40 * MiB, 0, NULL));
+    OK(xsa_free(burst));
+    nap_ms(200);
+    assert_true(reserved() >= 42 * (int64_t)MiB);
+    OK(xsa_free(params));
+    INVARIANTS(0);
+}
+
+/* ---- failures, in manual mode on a clock of the test's ---- */
+
+static uint64_t fake_now;
+static uint64_t fake_clock(void *ctx) {
+    (void)ctx;
+    return fake_now;
+}
+
+/* Decay of 100 ms (a tick every 12.5 ms) in manual mode: rounds until the
+ * burst's pages were taken and their fence completed. */
+static void manual_decay_until_taken(void) {
+    xsa_helper_set_manual(true);
+    xsa_helper_set_clock(fake_clock, NULL);
+    fake_now = 0;
+    OK(xsa_init("helper_thread:True,page_decay_ms:100"));
+    void *params = params_and_burst();
+    (void)params; /* freed by the shutdown */
+    for (fake_now = 0; fake_now <= 150 * MS && reserved() > (int64_t)(4 * MiB); fake_now += MS) xsa_helper_poll();
+    assert_int_equal(reserved(), 4 * MiB);
+}
+
+/* The helper's next rounds, the taken pages' job among them. */
+static void next_rounds(void) {
+    for (int i = 0; i < 5; i++) {
+        fake_now += MS;
+        xsa_helper_poll();
+    }
+}
+
+static void test_a_failure_reaches_the_next_malloc_once(void **state) {
+    (void)state;
+    manual_decay_until_taken();
+    xsa_sim_fail_call(XSA_DRV_mem_unmap, 1, XSA_CU_ERROR_UNKNOWN);
+    next_rounds();
+    assert_int_equal(reserved(), 42 * MiB); /* the pages are cached again */
+    INVARIANTS(0);
+    void *p = NULL;
+    FAILS(XSA_ERROR_DRIVER, xsa_malloc(&p, 1 * MiB, 0, NULL), "helper thread's cuMemUnmap failed");
+    assert_null(p);
+    OK(xsa_malloc(&p, 1 * MiB, 0, NULL));
+    OK(xsa_free(p));
+    INVARIANTS(0);
+}
+
+static void test_a_failure_reaches_empty_cache_too(void **state) {
+    (void)state;
+    manual_decay_until_taken();
+    xsa_sim_fail_call(XSA_DRV_mem_unmap, 1, XSA_CU_ERROR_UNKNOWN);
+    next_rounds();
+    FAILS(XSA_ERROR_DRIVER, xsa_empty_cache(), "helper thread's cuMemUnmap failed");
+    OK(xsa_empty_cache());
+    assert_int_equal(reserved(), 2 * MiB);
+    INVARIANTS(0);
+}
+
+/* ---- beside threads that allocate ---- */
+
+#define THREADS 4
+
+static void *worker(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    int ops = getenv("XSA_UNDER_SANITIZER") ? 1500 : 6000;
+    void *live[8] = {0};
+    for (int i = 0; i < ops; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int slot = (seed >> 8) % 8;
+        if (live[slot]) {
+            if (xsa_free(live[slot]) != XSA_SUCCESS) return (void *)"free failed";
+            live[slot] = NULL;
+        } else {
+            size_t size = (size_t)1 << (12 + (seed >> 12) % 13); /* 4 KiB - 16 MiB */
+            if (xsa_malloc(&live[slot], size, 0, (void *)(uintptr_t)(seed % 2)) != XSA_SUCCESS)
+                return (void *)"malloc failed";
+        }
+    }
+    for (int s = 0; s < 8; s++)
+        if (live[s] && xsa_free(live[s]) != XSA_SUCCESS) return (void *)"final free failed";
+    return NULL;
+}
+
+static void test_beside_threads_that_allocate(void **state) {
+    (void)state;
+    OK(xsa_init("helper_thread:True,page_decay_ms:1,page_recycling_headroom:0"));
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1)), 0);
+    for (int i = 0; i < THREADS; i++) {
+        void *result = NULL;
+        pthread_join(t[i], &result);
+        if (result) fail_msg("thread %d: %s: %s", i, (const char *)result, xsa_last_error());
+    }
+    INVARIANTS(0);
+    assert_true(reserved_drops_to(0));
+    INVARIANTS(0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_starts_lazily_once_and_only_when_on, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decay_on_the_thread_follows_live_memory_down, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shutdown_stops_it_mid_work_and_init_starts_over, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_stops_it_and_each_side_goes_on, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_turn_it_and_decay_on_and_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failure_reaches_the_next_malloc_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failure_reaches_empty_cache_too, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_beside_threads_that_allocate, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
