@@ -297,6 +297,8 @@ xsa_status xsa_get_settings(xsa_settings *out) {
         .page_recycling = o->page_recycling,
         .max_split_size = o->max_split_size,
         .garbage_collection_threshold = o->garbage_collection_threshold,
+        .helper_thread = o->helper_thread,
+        .page_decay_ms = o->page_decay_ms,
     };
     memcpy(out->roundup_power2_divisions, o->roundup_power2_divisions, sizeof out->roundup_power2_divisions);
     pthread_mutex_unlock(&g.init_lock);

@@ -533,6 +533,8 @@ typedef struct xsa_settings {
     size_t max_split_size;               /* SIZE_MAX: no limit */
     double garbage_collection_threshold; /* 0: off */
     size_t roundup_power2_divisions[16];
+    bool helper_thread;                  /* xsalloc's own: the helper thread on */
+    uint32_t page_decay_ms;              /* xsalloc's own: decay purging's time; 0: off */
 } xsa_settings;
 XSA_API xsa_status xsa_get_settings(xsa_settings *out);
 

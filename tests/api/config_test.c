@@ -92,6 +92,9 @@ static void test_defaults(void **state) {
         for (int k = 0; k < N; k++) assert_int_equal(c.pool.roundup_power2_divisions[k], 0);
         assert_true(c.pool.garbage_collection_threshold == 0.0);
         assert_true(c.pool.memory_fraction == 1.0);
+        /* Both follow one switch (pool/options.h), off until flipped. */
+        assert_int_equal(c.pool.helper_thread, XSA_HELPER_BY_DEFAULT);
+        assert_int_equal(c.pool.page_decay_ms, XSA_HELPER_BY_DEFAULT ? XSA_DEFAULT_PAGE_DECAY_MS : 0);
     }
 }
 
@@ -177,6 +180,34 @@ static void test_peer_access_and_ipc_handles(void **state) {
      * either order. */
     EXPECT_ERR("expandable_segments:False,peer_access:True", "'peer_access'", "'True'", "expandable_segments is False");
     EXPECT_ERR("ipc_handles:True,expandable_segments:False", "'ipc_handles'", "'True'", "expandable_segments:True");
+}
+
+/* helper_thread and page_decay_ms: decay runs on the helper only. */
+static void test_helper_thread_and_page_decay_ms(void **state) {
+    (void)state;
+    xsa_config c = parse_ok("helper_thread:True, page_decay_ms:250");
+    assert_true(c.pool.helper_thread);
+    assert_int_equal(c.pool.page_decay_ms, 250);
+    c = parse_ok("helper_thread:True");
+    assert_true(c.pool.helper_thread);
+    assert_int_equal(c.pool.page_decay_ms, XSA_HELPER_BY_DEFAULT ? XSA_DEFAULT_PAGE_DECAY_MS : 0);
+    c = parse_ok("helper_thread:True,page_decay_ms:0"); /* the helper without decay */
+    assert_true(c.pool.helper_thread);
+    assert_int_equal(c.pool.page_decay_ms, 0);
+    /* Decay asked for turns the helper on; the helper off turns decay off. */
+    c = parse_ok("page_decay_ms:500");
+    assert_true(c.pool.helper_thread);
+    assert_int_equal(c.pool.page_decay_ms, 500);
+    c = parse_ok("helper_thread:False");
+    assert_false(c.pool.helper_thread);
+    assert_int_equal(c.pool.page_decay_ms, 0);
+    assert_int_equal(parse_ok("page_decay_ms:3600000").pool.page_decay_ms, 3600000);
+    EXPECT_ERR("page_decay_ms:20,helper_thread:False", "'page_decay_ms'", "'20'", "helper_thread is False",
+               "helper_thread:True");
+    EXPECT_ERR("page_decay_ms:3600001", "'page_decay_ms'", "'3600001'", "too large", "0 (off) to 3600000");
+    EXPECT_ERR("page_decay_ms:0.5", "'page_decay_ms'", "'0.5'", "not an integer");
+    EXPECT_ERR("page_decay_ms:-1", "'page_decay_ms'", "'-1'", "negative");
+    EXPECT_ERR("helper_thread:yes", "'helper_thread'", "'yes'", "True or False");
 }
 
 /* ---- sizes in MiB ---- */
@@ -639,6 +670,7 @@ int main(void) {
         cmocka_unit_test(test_expandable_segments),
         cmocka_unit_test(test_page_recycling),
         cmocka_unit_test(test_peer_access_and_ipc_handles),
+        cmocka_unit_test(test_helper_thread_and_page_decay_ms),
         cmocka_unit_test(test_max_split_size_mb),
         cmocka_unit_test(test_max_non_split_rounding_mb),
         cmocka_unit_test(test_roundup_single),

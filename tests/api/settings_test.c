@@ -89,6 +89,27 @@ static void test_reset_and_kept_keys(void **state) {
     assert_false(settings().expandable_segments);
 }
 
+/* helper_thread and page_decay_ms are kept keys; decay needs the helper,
+ * so asking for decay turns it on and turning it off turns decay off. */
+static void test_helper_and_decay_kept_and_tied(void **state) {
+    (void)state;
+    OK(xsa_init("helper_thread:False"));
+    assert_false(settings().helper_thread);
+    OK(xsa_set_allocator_settings("page_decay_ms:300"));
+    assert_true(settings().helper_thread);
+    assert_int_equal(settings().page_decay_ms, 300);
+    OK(xsa_set_allocator_settings("max_split_size_mb:40")); /* both kept */
+    assert_true(settings().helper_thread);
+    assert_int_equal(settings().page_decay_ms, 300);
+    OK(xsa_set_allocator_settings("helper_thread:False"));
+    assert_false(settings().helper_thread);
+    assert_int_equal(settings().page_decay_ms, 0);
+    FAILS(XSA_ERROR_CONFIG, xsa_set_allocator_settings("helper_thread:False,page_decay_ms:20"), "helper_thread is False");
+    OK(xsa_set_allocator_settings("helper_thread:True"));
+    assert_true(settings().helper_thread);
+    assert_int_equal(settings().page_decay_ms, 0); /* kept: the helper alone */
+}
+
 /* roundup_power2_divisions changes the size of the next request, as in
  * PyTorch's test_allocator_settings; max_split_size_mb the oversize rules,
  * and the oversize counts follow (the checker recounts them). */
@@ -264,6 +285,7 @@ static void test_changes_race_allocations(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_reset_and_kept_keys, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_helper_and_decay_kept_and_tied, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_honoured_keys_take_effect, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_expandable_segments_off_and_on, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_fixed_keys_refused_by_name, xsa_fixture_two_devices, xsa_fixture_teardown),
