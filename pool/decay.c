@@ -15,14 +15,15 @@
  * the last tick has not been touched since. A free block touched since
  * (split by a request, grown by a free) was used at its low end: best fit
  * splits a free block's front, and a freed block merges into its
- * neighbour. How far up is not recorded, so the pages within `reach` of
- * its low end count as used now: reach is the highest allocated bytes
- * since the last tick (read from the allocated_bytes peak, which the tick
- * resets; pool/stats.c keeps the user's peak whole) less the least
- * allocated at any tick of the window (memory that stayed allocated
- * cannot have been placed there). The pages of a large free block beyond
- * that (an evaluation's activations after the step that used them, while
- * training keeps using the block's front) age.
+ * neighbour. Pages in use at a tick are seen in use; what a touched free
+ * block's front may have held between two ticks is bounded by amount: the
+ * highest allocated bytes since the last tick (read from the
+ * allocated_bytes peak, which the tick resets; pool/stats.c keeps the
+ * user's peak whole) less the allocated bytes at the more loaded of the
+ * two ticks. The pages within that `reach` of a touched free block's low
+ * end count as used now; the pages of a large free block beyond it (an
+ * evaluation's activations after the step that used them, while training
+ * keeps using the block's front) age.
  *
  * How much. Besides its age, the memory released is bounded by amount:
  * reserved memory stays at or above (1 + page_recycling_headroom) times
@@ -121,18 +122,16 @@ static void push(xsa_decay *d, sample s) {
 }
 
 /* Drops the samples older than the window (the newest always stays); the
- * highest peak and lowest allocated bytes of those left. */
-static void window(xsa_decay *d, uint64_t now, uint64_t span, int64_t *need, int64_t *floor) {
+ * highest peak of those left. */
+static void window(xsa_decay *d, uint64_t now, uint64_t span, int64_t *need) {
     while (d->n > 1 && d->s[d->head].t + span < now) {
         d->head = (d->head + 1) % SAMPLES;
         d->n--;
     }
     *need = 0;
-    *floor = INT64_MAX;
     for (size_t i = 0; i < d->n; i++) {
         const sample *s = &d->s[(d->head + i) % SAMPLES];
         if (s->peak > *need) *need = s->peak;
-        if (s->low < *floor) *floor = s->low;
     }
 }
 
@@ -329,16 +328,20 @@ static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
 static void tick(xsa_pool *p, xsa_decay *d, uint64_t now) {
     uint64_t stamp = now + 1; /* 0 means "not free" */
     int64_t peak = xsa_pool_take_interval_peak(p), low = p->stats.allocated_bytes[XSA_STAT_ALL].current;
+    /* What the interval allocated beyond what was allocated at either of
+     * its ticks (those pages are seen in use there): blocks live at
+     * neither tick, which a changed free block's front may have held. */
+    int64_t before = d->n ? d->s[(d->head + d->n - 1) % SAMPLES].low : 0, ends = low > before ? low : before;
     push(d, (sample){now, peak, low});
-    int64_t need, floor;
-    window(d, now, window_ns(p), &need, &floor);
+    int64_t need;
+    window(d, now, window_ns(p), &need);
     uint64_t prev[XSA_POOL_KINDS];
     for (int k = 0; k < XSA_POOL_KINDS; k++) {
         prev[k] = d->ticks ? d->marks[k] : 0;
         if (p->opt.garbage_collection_threshold <= 0) p->free_lookups[k]++;
         d->marks[k] = p->free_lookups[k];
     }
-    size_t reach = (size_t)(peak > floor ? peak - floor : 0) + p->page_size;
+    size_t reach = (size_t)(peak > ends ? peak - ends : 0) + p->page_size;
     age_pages(p, prev, reach, stamp);
     d->last = now;
     d->ticks++;

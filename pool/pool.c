@@ -397,6 +397,11 @@ static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind
     return alloc_block(p, mp, kind, stream, size, true, out, err, errlen);
 }
 
+/* Out of line: the hot path only tests p->attend. */
+static __attribute__((noinline, cold)) xsa_pool_status attend(xsa_pool *p, char *err, size_t errlen) {
+    return xsa_pool_attend(p, err, errlen);
+}
+
 xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen) {
     if (size > p->device_total) {
         /* Larger than the device: rounding could overflow, and no retry helps. */
@@ -413,7 +418,7 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, xsa_pool_block_done, p);
     /* IPC exports to poll, or a failure of the helper thread to report. */
     if (__builtin_expect(p->attend, 0)) {
-        xsa_pool_status st = xsa_pool_attend(p, err, errlen);
+        xsa_pool_status st = attend(p, err, errlen);
         if (st != XSA_POOL_OK) return st;
     }
     /* During a capture, cross-stream frees the graph has ordered may

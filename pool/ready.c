@@ -6,16 +6,20 @@
  *
  * Design: a growth that created pages (pool/expand.c) notes where it
  * ended and how many it created, and wakes the helper thread. The helper
- * takes the unmapped range there, as many pages as that growth created
- * (at most one handle's worth, expandable_handle_mb), out of everyone's
- * reach (a held unmapped block: no growth maps there meanwhile), creates,
- * maps and grants them outside the device's lock (vmm/segment_job.h), and
- * then gives them to the segment as a free block, merged with the free
- * block the growth left before it: the next miss of that stream is a
- * cache hit. Only pages a growth would create now are readied: within the
- * recycling headroom (a growth beyond it moves free pages instead of
- * creating them, pool/recycle.c) and the memory fraction, and only for
- * the global memory pool (a memory pool's memory belongs to its graphs).
+ * takes the unmapped range there, as many pages as that growth created,
+ * out of everyone's reach (a held unmapped block: no growth maps there
+ * meanwhile), creates, maps and grants them outside the device's lock
+ * (vmm/segment_job.h), in handles of the size a growth would create
+ * (pool/recycle.c's rule), and then gives them to the segment as a free
+ * block, merged with the free block the growth left before it: the next
+ * miss of that stream is a cache hit. Only pages a growth would create
+ * now are readied, and only below the peak of reserved memory: a job
+ * growing back after decay released its memory gets them ahead, while
+ * peak reserved memory never grows by a guess (the bundled traces'
+ * ratios stay what they are without the helper). Within the recycling
+ * headroom too (a growth beyond it moves free pages instead of creating
+ * them) and the memory fraction, and only for the global memory pool (a
+ * memory pool's memory belongs to its graphs).
  * Readied pages are ordinary free memory from then on: recycled, released
  * by empty_cache, and with decay on (pool/decay.c) released again if no
  * request uses them. A readying that fails is dropped (an out-of-memory

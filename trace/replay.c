@@ -164,7 +164,7 @@ static uint64_t trace_clock(void *ctx) { return ((const xsa_replay_session *)ctx
 /* After event i: the clock moves to its end, the helper's due rounds run
  * (their driver calls and H100 estimate counted apart), and reserved
  * memory over the event is added up. */
-static int after_event(replay *rp, xsa_replay_result *r) {
+static int after_event(replay *rp, xsa_replay_result *r, size_t event) {
     xsa_replay_session *s = rp->s;
     s->now_ns += s->event_ns;
     if (s->helper) {
@@ -180,7 +180,9 @@ static int after_event(replay *rp, xsa_replay_result *r) {
     xsa_device_stats st;
     xsa_status status = xsa_get_stats(0, &st);
     if (status != XSA_SUCCESS) return fail_call(rp->err, rp->errlen, status, "xsa_get_stats");
-    r->reserved_gb_s += (double)st.reserved_bytes[XSA_STAT_ALL].current * 1e-9 * ((double)s->event_ns * 1e-9);
+    int64_t reserved = st.reserved_bytes[XSA_STAT_ALL].current;
+    r->reserved_gb_s += (double)reserved * 1e-9 * ((double)s->event_ns * 1e-9);
+    if (s->o.sample) s->o.sample(s->o.sample_ctx, event, st.allocated_bytes[XSA_STAT_ALL].current, reserved);
     return 0;
 }
 
@@ -200,7 +202,7 @@ static int run_events(replay *rp, xsa_replay_result *r) {
     bool timed = rp->s->helper || rp->s->event_ns;
     for (size_t i = 0; i < n; i++) {
         if (run_event(rp, &rp->t->events[i])) return -1;
-        if (timed && after_event(rp, r)) return -1;
+        if (timed && after_event(rp, r, i + 1)) return -1;
         if (series && ((i + 1) % step == 0 || i + 1 == n) && sample(rp, i + 1)) return -1;
     }
     double elapsed = (double)(xsa_driver_now_ns() - t0);

@@ -100,6 +100,10 @@ typedef struct xsa_replay_options {
      * after every event, on the replay's thread (deterministic), at
      * XSA_REPLAY_DEFAULT_EVENT_NS an event when this is 0. */
     uint64_t event_ns;
+    /* With trace time: called after every event with the current allocated
+     * and reserved bytes (no peak is reset, unlike `series`). */
+    void (*sample)(void *ctx, size_t event, int64_t allocated, int64_t reserved);
+    void *sample_ctx;
 } xsa_replay_options;
 
 /* The trace time of an event the replays use by default with the helper

@@ -17,12 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/helper.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"
 
 typedef enum {
     STEP_INIT, STEP_EVENT, STEP_FREE, STEP_EMPTY, STEP_BEGIN, STEP_END, STEP_RELEASE,
-    STEP_SHARE, STEP_CHECKPOINT, STEP_RESTORE, STEP_GHOST,
+    STEP_SHARE, STEP_CHECKPOINT, STEP_RESTORE, STEP_GHOST, STEP_HELPER,
 } step_kind;
 
 typedef struct snapshot {
@@ -44,6 +45,8 @@ typedef struct runner {
     void **ghosts; /* blocks a restore allocated, freed right after (NULL once freed) */
     size_t n_ghosts;
     bool initialised;
+    bool notice_due;      /* the fault fired in a helper round: the next malloc or empty_cache may report it */
+    uint64_t now_ns;      /* the helper's clock: trace time */
     char said[1024]; /* a failed step's sentence when later calls of the step cleared it (share steps) */
     char *err;
     size_t errlen;
@@ -70,15 +73,19 @@ static int fail(runner *r, const char *fmt, ...) {
 /* Capacities leave room for the fault-free run (classic segments fragment)
  * but are small enough for the out-of-memory fallback to run now and then. */
 const fi_case fi_cases[] = {
-    {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB, 0, 0},
-    {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB, 0, 0},
-    {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB, 250, 0},
+    {"gpt2 expandable+recycling", TRACES "gpt2_varlen.trace.gz", "", 5000, 16, 2 * GiB, 0, 0, 0},
+    {"resnet classic", TRACES "resnet_varbatch.trace.gz", "expandable_segments:False", 5000, 2, 2 * GiB, 0, 0, 0},
+    {"multistream expandable+recycling", TRACES "synthetic_multistream.trace.gz", "", 5000, 1, 4 * GiB, 250, 0, 0},
     /* Capture-time reuse on: its capture-info queries at mallocs and frees in the capture windows. */
     {"multistream classic", TRACES "synthetic_multistream.trace.gz",
-     "expandable_segments:False,graph_capture_record_stream_reuse:True", 5000, 1, 4 * GiB, 250, 0},
+     "expandable_segments:False,graph_capture_record_stream_reuse:True", 5000, 1, 4 * GiB, 250, 0, 0},
     /* Headroom 1: handles of several pages (1/8 of the highest allocated bytes). */
     {"gpt2 expandable+recycling+shares", TRACES "gpt2_varlen.trace.gz", "ipc_handles:True,page_recycling_headroom:1", 3000, 16,
-     2 * GiB, 0, 25},
+     2 * GiB, 0, 25, 0},
+    /* The helper thread: decay every 20 events, pages moved at every growth
+     * (their old addresses its jobs), readying after decay, captures. */
+    {"multistream helper+decay", TRACES "synthetic_multistream.trace.gz",
+     "helper_thread:True,page_decay_ms:20,page_recycling_headroom:0", 5000, 1, 4 * GiB, 250, 0, 1000},
 };
 const size_t fi_n_cases = sizeof fi_cases / sizeof fi_cases[0];
 
@@ -225,6 +232,10 @@ static xsa_status do_step(runner *r, step_kind kind, const xsa_trace_event *e, u
         return xsa_get_stats(0, &s); /* creates the device's pool */
     }
     case STEP_EMPTY: return xsa_empty_cache();
+    case STEP_HELPER: /* its failures reach the next malloc or empty_cache */
+        r->now_ns += (uint64_t)r->w->c.event_us * 1000u;
+        xsa_helper_poll();
+        return XSA_SUCCESS;
     case STEP_FREE: return do_free(r, id, tag_ok);
     case STEP_SHARE: return do_share(r, id, tag_ok);
     case STEP_EVENT: break;
@@ -288,11 +299,31 @@ static int check_failed_status(runner *r, step_kind kind, xsa_status st, const c
     return 0;
 }
 
+/* A step that may report the helper's failure: a malloc or empty_cache. */
+static bool attends(step_kind kind, const xsa_trace_event *e) {
+    return kind == STEP_EMPTY || (kind == STEP_EVENT && e->kind == XSA_TRACE_ALLOC);
+}
+
+/* The step after a fault in a helper round that may report it: failed
+ * with the helper's notice (held to a failed request's checks) or not
+ * (the helper absorbed the fault). */
+static int notice_step(runner *r, step_kind kind, xsa_status st, const char *msg, const snapshot *before) {
+    r->notice_due = false;
+    if (st == XSA_SUCCESS) return 0;
+    if (!strstr(msg, "helper thread")) return fail(r, "failed after a helper round's fault, not with its notice: %s", msg);
+    r->o->errored = 1;
+    snapshot after;
+    if (check_failed_status(r, kind, st, msg)) return -1;
+    take_snapshot(r, &after);
+    if (compare(r, before, &after)) return -1;
+    return check_all_tags(r) || check_invariants(r) ? -1 : 0;
+}
+
 static int run_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_t id) {
-    bool armed = r->nth && !r->o->fired;
+    bool armed = r->nth && !r->o->fired, noticed = r->notice_due && attends(kind, e);
     snapshot before, after;
     uint64_t calls_before = armed ? calls_of(r->entry) : 0;
-    if (armed) take_snapshot(r, &before);
+    if (armed || noticed) take_snapshot(r, &before);
     bool tag_ok;
     xsa_status st = do_step(r, kind, e, id, &tag_ok);
     const char *msg = st == XSA_SUCCESS ? "" : r->said[0] ? r->said : xsa_last_error();
@@ -301,6 +332,12 @@ static int run_step(runner *r, step_kind kind, const xsa_trace_event *e, uint32_
     if (!tag_ok)
         return fail(r, "allocation id %u: its data changed while it was live (checked at its free, or through a share)",
                     e ? e->id : id);
+    if (noticed) return notice_step(r, kind, st, msg, &before);
+    if (hit && kind == STEP_HELPER) { /* no request here: the next one may say */
+        r->o->fired = 1;
+        r->notice_due = true;
+        return check_all_tags(r) || check_invariants(r) ? -1 : 0;
+    }
     if (hit) {
         r->o->fired = 1;
         r->o->errored = st != XSA_SUCCESS;
@@ -374,6 +411,7 @@ static int run_workload(runner *r) {
         if (graph_steps(r, i)) return -1;
         const xsa_trace_event *e = &t->events[i];
         if (run_step(r, STEP_EVENT, e, 0)) return -1;
+        if (r->w->c.event_us && run_step(r, STEP_HELPER, NULL, 0)) return -1;
         size_t every = r->w->c.share_every;
         if (every && (i + 1) % every == 0 && e->kind == XSA_TRACE_ALLOC && r->ptrs[e->id] &&
             run_step(r, STEP_SHARE, NULL, e->id))
@@ -413,6 +451,8 @@ static int finish(runner *r) {
     return 0;
 }
 
+static uint64_t trace_clock(void *ctx) { return ((const runner *)ctx)->now_ns; }
+
 int fi_run(const fi_workload *w, xsa_driver_entry entry, uint64_t nth, size_t check_every, fi_outcome *o,
            char *err, size_t errlen) {
     memset(o, 0, sizeof *o);
@@ -425,12 +465,18 @@ int fi_run(const fi_workload *w, xsa_driver_entry entry, uint64_t nth, size_t ch
     if (xsa_sim_configure(&c) != XSA_CU_SUCCESS) return fail(&r, "the simulated driver still holds resources");
     if (xsa_use_driver("sim") != XSA_SUCCESS) return fail(&r, "xsa_use_driver: %s", xsa_last_error());
     if (nth) xsa_sim_fail_call(entry, nth, fi_error_for(entry));
+    if (w->c.event_us) { /* the helper's rounds are steps of the workload, on trace time */
+        xsa_helper_set_manual(true);
+        xsa_helper_set_clock(trace_clock, &r);
+    }
     r.ptrs = calloc(w->t.n_ids + 1, sizeof *r.ptrs);
     r.sizes = calloc(w->t.n_ids + 1, sizeof *r.sizes);
     int rc = r.ptrs && r.sizes ? run_workload(&r) : fail(&r, "out of host memory");
     if (rc == 0) rc = finish(&r);
     xsa_sim_clear_faults();
     xsa_shutdown();
+    xsa_helper_set_clock(NULL, NULL);
+    xsa_helper_set_manual(false);
     free(r.ptrs);
     free(r.sizes);
     xsa_free_buffer(r.ckpt);

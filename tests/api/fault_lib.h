@@ -23,6 +23,10 @@
  * dropped from the workload, the blocks it allocates are freed at once.
  * After a fault has fired a restore may be refused (memory held back by a
  * capture whose deferred frees could not record their events).
+ * With `event_us` set, the helper thread runs in manual mode on a clock
+ * of trace time (event_us an event): its due rounds after every event
+ * (xsa_helper_poll, api/helper.h), so that its jobs (decay, readying,
+ * old addresses unmapped) meet every fault too.
  * After the trace every live allocation is freed (a free that failed is
  * retried), the last pool released and the cache emptied.
  * Injection points: every call, N = 1..count, of every driver entry point F
@@ -36,7 +40,11 @@
  *   XSA_ERROR_DRIVER / XSA_ERROR_NO_DRIVER at init (generic error) with a
  *   message, or succeeds when the allocator absorbed the fault (the retry
  *   path after an out-of-memory, a poll that keeps a block waiting, a page
- *   recycling attempt given up);
+ *   recycling attempt given up); a fault in the helper's round fails no
+ *   request there: the next xsa_malloc or xsa_empty_cache returns it
+ *   (the helper's failure named in the message), once, or nothing does
+ *   when the helper absorbed it (a readying out of memory, a fence
+ *   not ready), and that request is held to the same checks;
  * - across the failed request, "nothing else changed": the current values
  *   of allocation, allocated_bytes and requested_bytes (all, small, large)
  *   are equal; active and active_bytes may go down (every malloc first
@@ -78,6 +86,7 @@ typedef struct fi_case {
     size_t capacity;      /* simulated device bytes */
     size_t graph_window;  /* events per window of graph capture windows; 0: none */
     size_t share_every;   /* share and open every share_every-th allocation event; 0: none */
+    unsigned event_us;    /* trace time of an event for the helper thread's rounds; 0: no helper */
 } fi_case;
 
 typedef struct fi_workload {

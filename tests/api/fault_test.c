@@ -54,6 +54,7 @@ static void test_resnet_classic(void **state) { (void)state; run_case(&fi_cases[
 static void test_multistream_expandable(void **state) { (void)state; run_case(&fi_cases[2]); }
 static void test_multistream_classic(void **state) { (void)state; run_case(&fi_cases[3]); }
 static void test_gpt2_shares(void **state) { (void)state; run_case(&fi_cases[4]); }
+static void test_multistream_helper(void **state) { (void)state; run_case(&fi_cases[5]); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -62,6 +63,7 @@ int main(void) {
         cmocka_unit_test(test_multistream_expandable),
         cmocka_unit_test(test_multistream_classic),
         cmocka_unit_test(test_gpt2_shares),
+        cmocka_unit_test(test_multistream_helper),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,172 @@
+/*
+ * bursty: a training job with an evaluation burst every few steps, the
+ * workload decay purging is for. After a burst, a job keeps the burst's
+ * memory reserved (PyTorch's allocator until empty_cache): with decay on,
+ * reserved memory comes back down to what the training steps use.
+ *
+ * Design: the trace is written as text and parsed by trace/trace.c, so it
+ * is checked like any other. Parameters, gradients and optimizer state
+ * are allocated first and kept. A step's forward pass allocates, layer by
+ * layer, the activations it keeps for the backward pass and two
+ * temporaries it frees at once; the backward pass frees each layer's
+ * activations in reverse, with two temporaries per layer; the optimizer
+ * step allocates and frees a few more. A step's batch is a seeded draw
+ * between 80% and 100% of the longest, as varying sequence lengths do.
+ * The evaluation after every burst_every-th step (but the last) runs the forward pass on
+ * twice the batch and keeps every layer's output to the end (hidden states
+ * for the metrics): twice the activations at its peak. One stream, no
+ * record_stream. A seed gives the same trace everywhere (integer
+ * arithmetic only).
+ */
+#include "benchmarks/bursty.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void xsa_bursty_default(xsa_bursty_shape *s) {
+    *s = (xsa_bursty_shape){.steps = 40, .burst_every = 5, .layers = 24, .tensors = 40,
+                            .params_bytes = 2000000000ull, .act_bytes = 8000000000ull, .seed = 1};
+}
+
+typedef struct writer {
+    char *text;
+    size_t len, cap;
+    size_t events;
+    uint32_t next_id;
+    uint64_t rng;
+    int failed;
+} writer;
+
+static void emit(writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void emit(writer *w, const char *fmt, ...) {
+    if (w->failed) return;
+    if (w->cap - w->len < 64) {
+        size_t cap = w->cap ? 2 * w->cap : 1 << 20;
+        char *grown = realloc(w->text, cap);
+        if (!grown) {
+            w->failed = 1;
+            return;
+        }
+        w->text = grown;
+        w->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    w->len += (size_t)vsnprintf(w->text + w->len, w->cap - w->len, fmt, ap);
+    va_end(ap);
+    w->events++;
+}
+
+static uint32_t alloc(writer *w, uint64_t bytes) {
+    uint32_t id = w->next_id++;
+    emit(w, "a %u %llu 0\n", id, (unsigned long long)(bytes ? bytes : 512));
+    return id;
+}
+
+static void release(writer *w, uint32_t id) { emit(w, "f %u\n", id); }
+
+static uint64_t next(writer *w) {
+    uint64_t x = w->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    w->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* An allocation and its free at once (a temporary). */
+static void temporary(writer *w, uint64_t bytes) { release(w, alloc(w, bytes)); }
+
+/* One step's forward pass over `tensor` bytes a tensor: the ids kept. */
+static void forward(writer *w, const xsa_bursty_shape *s, uint64_t tensor, uint32_t *kept) {
+    for (unsigned l = 0; l < s->layers; l++) {
+        for (unsigned t = 0; t < s->tensors; t++) {
+            kept[l * s->tensors + t] = alloc(w, tensor + (t % 4) * 4096); /* a few shapes a layer */
+            if (t % 20 == 0) temporary(w, tensor * 2);
+        }
+    }
+}
+
+static void training_step(writer *w, const xsa_bursty_shape *s, uint32_t *kept) {
+    uint64_t per = s->act_bytes / ((uint64_t)s->layers * s->tensors);
+    uint64_t tensor = per * (80 + next(w) % 21) / 100 / 512 * 512; /* the batch: 80-100% of the longest */
+    forward(w, s, tensor, kept);
+    for (unsigned l = s->layers; l-- > 0;) {
+        temporary(w, tensor * 2);
+        for (unsigned t = s->tensors; t-- > 0;) release(w, kept[l * s->tensors + t]);
+        temporary(w, tensor);
+    }
+    for (int i = 0; i < 4; i++) temporary(w, s->params_bytes / 16); /* the optimizer's temporaries */
+}
+
+/* The evaluation: twice the batch, every layer's output kept to the end. */
+static void evaluation(writer *w, const xsa_bursty_shape *s, uint32_t *kept) {
+    uint64_t tensor = 2 * (s->act_bytes / ((uint64_t)s->layers * s->tensors)) / 512 * 512;
+    forward(w, s, tensor, kept);
+    for (unsigned i = 0; i < s->layers * s->tensors; i++) release(w, kept[i]);
+}
+
+static int fail(char *err, size_t errlen, const char *what) {
+    snprintf(err, errlen, "bursty: %s", what);
+    return -1;
+}
+
+int xsa_bursty_make(const xsa_bursty_shape *s, xsa_bursty *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!s->steps || !s->burst_every || !s->layers || !s->tensors) return fail(err, errlen, "a zero in the shape");
+    size_t bursts = s->steps / s->burst_every;
+    writer w = {.rng = s->seed * 0x9E3779B97F4A7C15ull + 1};
+    uint32_t *kept = malloc((size_t)s->layers * s->tensors * sizeof *kept);
+    size_t *start = malloc((bursts + 1) * sizeof *start);
+    out->burst_end = malloc((bursts + 1) * sizeof *out->burst_end);
+    out->next_burst = malloc((bursts + 1) * sizeof *out->next_burst);
+    if (!kept || !start || !out->burst_end || !out->next_burst) {
+        free(kept), free(start);
+        xsa_bursty_free(out);
+        return fail(err, errlen, "out of host memory");
+    }
+    emit(&w, "# bursty: %u steps, an evaluation every %u\n", s->steps, s->burst_every);
+    w.events = 0; /* the comment is no event */
+    uint64_t param = s->params_bytes / (4ull * (s->layers + 2));
+    for (unsigned i = 0; i < 4 * (s->layers + 2); i++) alloc(&w, param);
+    for (unsigned step = 1; step <= s->steps; step++) {
+        training_step(&w, s, kept);
+        if (step % s->burst_every || step == s->steps) continue; /* steps follow every burst */
+        start[out->n_bursts] = w.events;
+        evaluation(&w, s, kept);
+        out->burst_end[out->n_bursts++] = w.events;
+    }
+    for (size_t i = 0; i < out->n_bursts; i++) out->next_burst[i] = i + 1 < out->n_bursts ? start[i + 1] : w.events;
+    free(kept);
+    free(start);
+    if (w.failed) {
+        free(w.text);
+        xsa_bursty_free(out);
+        return fail(err, errlen, "out of host memory");
+    }
+    int rc = xsa_trace_parse("bursty", w.text, w.len, &out->trace, err, errlen);
+    free(w.text);
+    if (rc) xsa_bursty_free(out);
+    return rc;
+}
+
+void xsa_bursty_free(xsa_bursty *b) {
+    xsa_trace_free(&b->trace);
+    free(b->burst_end);
+    free(b->next_burst);
+    memset(b, 0, sizeof *b);
+}
+
+void xsa_bursty_settle(const xsa_bursty *b, const int64_t *allocated, const int64_t *reserved, long *settle) {
+    for (size_t i = 0; i < b->n_bursts; i++) {
+        size_t from = b->burst_end[i], to = b->next_burst[i];
+        int64_t live = 0;
+        for (size_t e = from; e <= to; e++)
+            if (allocated[e] > live) live = allocated[e];
+        settle[i] = -1;
+        for (size_t e = from; e <= to && settle[i] < 0; e++)
+            if ((double)reserved[e] <= 1.05 * (double)live) settle[i] = (long)(e - from);
+    }
+}

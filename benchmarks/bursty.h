@@ -1,0 +1,48 @@
+/*
+ * bursty: a training job with evaluation bursts, as an allocation trace
+ * (design in bursty.c), with where each burst ends: decay purging's
+ * workload (benchmarks/decay.c, tests/trace/decay_replay_test.c).
+ */
+#ifndef XSA_BENCHMARKS_BURSTY_H
+#define XSA_BENCHMARKS_BURSTY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trace/trace.h"
+
+typedef struct xsa_bursty_shape {
+    unsigned steps;        /* training steps */
+    unsigned burst_every;  /* an evaluation after every this many steps */
+    unsigned layers;
+    unsigned tensors;      /* activations a layer keeps for its backward pass */
+    uint64_t params_bytes; /* weights, gradients, optimizer state: allocated first, kept */
+    uint64_t act_bytes;    /* a step's activations at its longest batch; an evaluation keeps twice that */
+    uint64_t seed;
+} xsa_bursty_shape;
+
+/* The benchmark's shape: 40 steps of a GPT-2-sized job (24 layers, 2 GB
+ * of parameters and optimizer state, up to 8 GB of activations a step, a
+ * step about 2,100 trace events), an evaluation after every 5th but the
+ * last. */
+void xsa_bursty_default(xsa_bursty_shape *shape);
+
+typedef struct xsa_bursty {
+    xsa_trace trace;
+    size_t *burst_end;     /* [n_bursts]: the event count just after each evaluation's last free */
+    size_t *next_burst;    /* [n_bursts]: the event count where the next evaluation begins (or the end) */
+    size_t n_bursts;
+} xsa_bursty;
+
+/* Makes the trace; 0, or -1 with a sentence in err. */
+int xsa_bursty_make(const xsa_bursty_shape *shape, xsa_bursty *out, char *err, size_t errlen);
+void xsa_bursty_free(xsa_bursty *b);
+
+/* How long after each burst reserved memory took to come within 5% of
+ * the live memory that followed: allocated[e] and reserved[e] are the
+ * bytes after e events (e = 0..trace.n_events); settle[i] gets the events
+ * from burst i's end to the first event at which reserved is at most 1.05
+ * times the highest allocated bytes until the next burst (-1: never). */
+void xsa_bursty_settle(const xsa_bursty *b, const int64_t *allocated, const int64_t *reserved, long *settle);
+
+#endif

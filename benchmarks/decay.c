@@ -1,0 +1,249 @@
+/*
+ * decay: decay purging and the helper thread on the simulated driver, on
+ * trace time (fragmentation's sibling).
+ *
+ *   bazel run //benchmarks:decay -- [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR]
+ *                                   [--no-traces]
+ *
+ * Design: every replay is trace/replay's with trace time (event i at i x
+ * event_us) and the helper, when on, in manual mode on that clock, so the
+ * figures are deterministic. Three modes: today's default
+ * (helper_thread:False), the helper alone (page_decay_ms:0) and the helper
+ * with decay (page_decay_ms:N, default XSA_DEFAULT_PAGE_DECAY_MS). The
+ * first table replays the bursty workload (benchmarks/bursty.h: 40 steps
+ * of a GPT-2-sized job, an evaluation burst of twice the activations after
+ * every 5th) at each lag: peak reserved / peak allocated, reserved memory
+ * integrated over trace time (GB·s), how long after each burst reserved
+ * memory took to come within 5% of the live memory that followed (median
+ * and longest; "never" when it did not before the next burst), and the
+ * H100 estimate of the driver calls on the allocation path and on the
+ * helper's thread. The second table replays every bundled trace with decay
+ * off and on: peak ratio, GB·s and the allocation path's estimate.
+ * Exit status 1 if any replay failed (violations included).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "benchmarks/bursty.h"
+#include "benchmarks/cli.h"
+#include "benchmarks/trace_files.h"
+#include "pool/options.h"
+#include "trace/replay.h"
+#include "trace/trace.h"
+
+#define MAX_LAGS 8
+#define N_MODES 3
+#define GB 1e9
+
+typedef struct options {
+    const char *event_us, *decay_ms, *lags_arg, *traces;
+    uint64_t event_ns;
+    unsigned decay;
+    int64_t lags[MAX_LAGS];
+    int n_lags;
+    bool no_traces;
+} options;
+
+typedef struct samples {
+    int64_t *allocated, *reserved; /* after e events, e = 0..n */
+} samples;
+
+static void sample(void *ctx, size_t event, int64_t allocated, int64_t reserved) {
+    samples *s = ctx;
+    s->allocated[event] = allocated;
+    s->reserved[event] = reserved;
+}
+
+/* The mode's configuration. */
+static void conf_of(int mode, unsigned decay, char *out, size_t len) {
+    if (mode == 0) snprintf(out, len, "helper_thread:False");
+    else if (mode == 1) snprintf(out, len, "helper_thread:True,page_decay_ms:0");
+    else snprintf(out, len, "helper_thread:True,page_decay_ms:%u", decay);
+}
+
+static const char *mode_name[N_MODES] = {"today", "helper", "helper+decay"};
+
+/* One replay; s (may be NULL) gets the per-event samples. */
+static int replay(const xsa_trace *t, const options *o, int mode, int64_t lag, samples *s, xsa_replay_result *r) {
+    char conf[96], err[1024];
+    conf_of(mode, o->decay, conf, sizeof conf);
+    xsa_replay_options ro = {.driver = "sim", .conf = conf, .gpu_lag = lag, .event_ns = o->event_ns,
+                             .sample = s ? sample : NULL, .sample_ctx = s};
+    if (xsa_replay(t, &ro, r, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "decay: %s, lag %" PRId64 ": %s\n", conf, lag, err);
+    return -1;
+}
+
+static int cmp_long(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* "median / longest" in seconds, or "never" if a burst never settled. */
+static void settle_cell(const xsa_bursty *b, const samples *s, uint64_t event_ns, char *out, size_t len) {
+    long *settle = malloc((b->n_bursts ? b->n_bursts : 1) * sizeof *settle);
+    if (!settle) {
+        snprintf(out, len, "?");
+        return;
+    }
+    xsa_bursty_settle(b, s->allocated, s->reserved, settle);
+    size_t never = 0;
+    for (size_t i = 0; i < b->n_bursts; i++) never += settle[i] < 0;
+    qsort(settle, b->n_bursts, sizeof *settle, cmp_long);
+    double e = (double)event_ns * 1e-9;
+    if (never) snprintf(out, len, "never (%zu of %zu)", never, b->n_bursts);
+    else snprintf(out, len, "%.3f / %.3f s", settle[b->n_bursts / 2] * e, settle[b->n_bursts - 1] * e);
+    free(settle);
+}
+
+#define ROW1 "| %-13s | %5s | %9s | %9s | %6s | %9s | %-22s | %10s | %10s | %5s |\n"
+
+static int bursty_table(const options *o) {
+    xsa_bursty_shape shape;
+    xsa_bursty_default(&shape);
+    xsa_bursty b;
+    char err[256];
+    if (xsa_bursty_make(&shape, &b, err, sizeof err)) {
+        fprintf(stderr, "decay: %s\n", err);
+        return -1;
+    }
+    size_t n = b.trace.n_events;
+    samples s = {calloc(n + 1, sizeof *s.allocated), calloc(n + 1, sizeof *s.reserved)};
+    if (!s.allocated || !s.reserved) {
+        fprintf(stderr, "decay: out of host memory\n");
+        return -1;
+    }
+    printf("\nThe bursty workload (%u steps, an evaluation of twice the activations after every %u; %zu events, "
+           "%.0f us an event, page_decay_ms %u)\n\n", shape.steps, shape.burst_every, n, o->event_ns / 1e3, o->decay);
+    printf(ROW1, "mode", "lag", "peak alloc", "peak resv", "ratio", "resv GB·s", "within 5% after a burst",
+           "path ms", "helper ms", "viol.");
+    printf("|---------------|-------|-----------|-----------|--------|-----------|------------------------|------------|------------|-------|\n");
+    int failed = 0;
+    for (int m = 0; m < N_MODES; m++)
+        for (int l = 0; l < o->n_lags; l++) {
+            xsa_replay_result r;
+            fprintf(stderr, "decay: bursty, %s, lag %" PRId64 "...\n", mode_name[m], o->lags[l]);
+            if (replay(&b.trace, o, m, o->lags[l], &s, &r)) {
+                failed = 1;
+                continue;
+            }
+            char alloc[16], resv[16], ratio[16], gbs[16], settle[48], path[16], helper[16], viol[16], lag[16];
+            snprintf(lag, sizeof lag, "%" PRId64, o->lags[l]);
+            snprintf(alloc, sizeof alloc, "%.2f GB", r.peak_allocated / GB);
+            snprintf(resv, sizeof resv, "%.2f GB", r.peak_reserved / GB);
+            snprintf(ratio, sizeof ratio, "%.4f", r.ratio);
+            snprintf(gbs, sizeof gbs, "%.1f", r.reserved_gb_s);
+            settle_cell(&b, &s, o->event_ns, settle, sizeof settle);
+            snprintf(path, sizeof path, "%.1f", (r.est_h100_driver_ns - r.helper_est_h100_ns) / 1e6);
+            snprintf(helper, sizeof helper, "%.1f", r.helper_est_h100_ns / 1e6);
+            snprintf(viol, sizeof viol, "%" PRIu64, r.violations);
+            printf(ROW1, mode_name[m], lag, alloc, resv, ratio, gbs, settle, path, helper, viol);
+        }
+    free(s.allocated);
+    free(s.reserved);
+    xsa_bursty_free(&b);
+    return failed ? -1 : 0;
+}
+
+#define ROW2 "| %-22s | %5s | %8s | %8s | %9s | %9s | %9s | %9s |\n"
+
+static int traces_table(const options *o, const char *argv0) {
+    char dir[XSA_TRACE_FILES_DIR_LEN], *names[XSA_TRACE_FILES_MAX];
+    int count = xsa_trace_files_find(o->traces, argv0, dir, sizeof dir, names, XSA_TRACE_FILES_MAX);
+    if (count == 0) {
+        fprintf(stderr, "decay: no bundled traces found (use --traces DIR)\n");
+        return -1;
+    }
+    printf("\nThe bundled traces, today's default against the helper with decay (page_decay_ms %u, %.0f us an event)\n\n",
+           o->decay, o->event_ns / 1e3);
+    printf(ROW2, "trace", "lag", "ratio", "decay", "GB·s", "decay", "path ms", "decay");
+    printf("|------------------------|-------|----------|----------|-----------|-----------|-----------|-----------|\n");
+    int failed = 0;
+    for (int i = 0; i < count; i++) {
+        char path[XSA_TRACE_FILES_DIR_LEN + 256], name[256];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        xsa_trace_name(names[i], name, sizeof name);
+        xsa_trace t;
+        free(names[i]);
+        if (xsa_cli_load_trace("decay", path, &t)) {
+            failed = 1;
+            continue;
+        }
+        for (int l = 0; l < o->n_lags; l++) {
+            xsa_replay_result off, on;
+            fprintf(stderr, "decay: %s, lag %" PRId64 "...\n", name, o->lags[l]);
+            if (replay(&t, o, 0, o->lags[l], NULL, &off) || replay(&t, o, 2, o->lags[l], NULL, &on)) {
+                failed = 1;
+                continue;
+            }
+            char lag[16], c[6][16];
+            snprintf(lag, sizeof lag, "%" PRId64, o->lags[l]);
+            snprintf(c[0], 16, "%.4f", off.ratio);
+            snprintf(c[1], 16, "%.4f", on.ratio);
+            snprintf(c[2], 16, "%.2f", off.reserved_gb_s);
+            snprintf(c[3], 16, "%.2f", on.reserved_gb_s);
+            snprintf(c[4], 16, "%.1f", off.est_h100_driver_ns / 1e6);
+            snprintf(c[5], 16, "%.1f", (on.est_h100_driver_ns - on.helper_est_h100_ns) / 1e6);
+            printf(ROW2, name, lag, c[0], c[1], c[2], c[3], c[4], c[5]);
+        }
+        xsa_trace_free(&t);
+    }
+    return failed ? -1 : 0;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: decay [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR] [--no-traces]\n");
+    return 2;
+}
+
+static int parse_lags(const char *s, options *o) {
+    o->n_lags = 0;
+    for (const char *p = s; *p && o->n_lags < MAX_LAGS;) {
+        char num[32];
+        size_t len = strcspn(p, ",");
+        long long v;
+        if (len == 0 || len >= sizeof num) return -1;
+        memcpy(num, p, len);
+        num[len] = '\0';
+        if (!xsa_cli_count(num, 0, 1000000, &v)) return -1;
+        o->lags[o->n_lags++] = v;
+        p += len + (p[len] == ',');
+    }
+    return o->n_lags ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    options o = {.event_ns = XSA_REPLAY_DEFAULT_EVENT_NS, .decay = XSA_DEFAULT_PAGE_DECAY_MS};
+    const char *no_traces = NULL;
+    /* --no-traces takes no value: it is taken out before the options are parsed. */
+    char *args[64];
+    int n = 0;
+    for (int i = 0; i < argc && n < 64; i++) {
+        if (strcmp(argv[i], "--no-traces") == 0) no_traces = argv[i];
+        else args[n++] = argv[i];
+    }
+    o.no_traces = no_traces != NULL;
+    const xsa_cli_option opts[] = {
+        {"--event-us", &o.event_us}, {"--decay-ms", &o.decay_ms}, {"--lags", &o.lags_arg}, {"--traces", &o.traces},
+    };
+    if (xsa_cli_parse(n, args, opts, 4, NULL, 0, NULL) != XSA_CLI_OK) return usage();
+    long long v;
+    if (o.event_us) {
+        if (!xsa_cli_count(o.event_us, 1, 1000000000, &v)) return usage();
+        o.event_ns = (uint64_t)v * 1000u;
+    }
+    if (o.decay_ms) {
+        if (!xsa_cli_count(o.decay_ms, 1, 3600000, &v)) return usage();
+        o.decay = (unsigned)v;
+    }
+    if (parse_lags(o.lags_arg ? o.lags_arg : "0,500,2000", &o)) return usage();
+    int rc = bursty_table(&o);
+    if (!o.no_traces && traces_table(&o, argv[0])) rc = -1;
+    printf("\nratio: peak reserved / peak allocated. GB·s: reserved memory over trace time. Within 5%%: from a\n"
+           "burst's end to reserved <= 1.05 x the live peak until the next burst (median / longest). path ms and\n"
+           "helper ms: the simulated driver's H100 estimate of the driver calls on the allocation path and on the\n"
+           "helper's thread (sim/cost.c).\n");
+    return rc ? 1 : 0;
+}
