@@ -201,6 +201,36 @@ def generation(steps, seed, batches, prompts, new_tokens):
     return {**timed_steps(steps, step), "impl": "transformers LlamaForCausalLM"}
 
 
+def moe(steps=24):
+    """Mixtral-style mixture-of-experts training built from
+    transformers.MixtralConfig (8 layers, 1024 wide, 8 experts, 2 routed a
+    token, vocab 32000), AdamW, bf16 autocast, batch 2-8 x length 128-1024
+    per step: the experts' token counts change every step, so do their
+    activations' shapes."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    rng = random.Random(5)
+    config = MixtralConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2048, num_hidden_layers=8,
+                           num_attention_heads=16, num_key_value_heads=8, num_local_experts=8,
+                           num_experts_per_tok=2, max_position_embeddings=2048)
+    with torch.device("cuda"):
+        model = MixtralForCausalLM(config)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(_):
+        batch, length = rng.randint(2, 8), rng.randint(128, 1024)
+        ids = torch.randint(0, config.vocab_size, (batch, length), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return {**timed_steps(steps, step), "impl": "transformers MixtralForCausalLM"}
+
+
 def convnet(classes=1000):
     """Eight 3x3 conv + BatchNorm + ReLU layers (64-512 channels), pooled, linear."""
     layers, prev = [], 3

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# run_decay.sh: issue 33's GPU measurements, each under a time limit, from
+# the repository root of a GPU machine (no Bazel needed):
+#
+#   bash benchmarks/gpu/run_decay.sh bursty    [bursty.py options]      # ~3 min
+#   bash benchmarks/gpu/run_decay.sh two_procs [two_procs.py options]   # ~3 min
+#   bash benchmarks/gpu/run_decay.sh walltime  [walltime.py options]    # --budget-s (540 s) + one child
+#
+# Builds libxsalloc.so with setup.py (tests/gpu/build_lib.sh), then runs
+# benchmarks/gpu/<script>.py. OUT=DIR keeps bursty's SVG and JSON and
+# walltime's results there (default: a new /tmp/xsa-decay.XXXXXX).
+# walltime writes $OUT/walltime_results.jsonl; WALLTIME_FROM=FILE (the
+# file an earlier call returned, put in the working tree) is copied there
+# first, so rounds add up over calls. LIMIT=SECONDS caps the whole command
+# (default 590: walltime's budget is 390 s and a child 180 s at most).
+# PY: the python3 with torch (default /opt/torch/.venv/bin/python3, else
+# python3).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-$( [ -x /opt/torch/.venv/bin/python3 ] && echo /opt/torch/.venv/bin/python3 || echo python3 )}
+OUT=${OUT:-$(mktemp -d /tmp/xsa-decay.XXXXXX)}
+LIMIT=${LIMIT:-590}
+mkdir -p "$OUT"
+what=${1:?usage: run_decay.sh bursty|two_procs|walltime [options]}
+shift
+. tests/gpu/build_lib.sh
+export HF_HUB_OFFLINE=1
+case "$what" in
+bursty) exec timeout "$LIMIT" "$PY" benchmarks/gpu/bursty.py --out "$OUT" "$@" ;;
+two_procs) exec timeout "$LIMIT" "$PY" benchmarks/gpu/two_procs.py "$@" ;;
+walltime)
+    if [ -n "${WALLTIME_FROM:-}" ]; then cp "$WALLTIME_FROM" "$OUT/walltime_results.jsonl"; fi
+    exec timeout "$LIMIT" "$PY" benchmarks/gpu/walltime.py run --results "$OUT/walltime_results.jsonl" \
+        --budget-s 390 --timeout 180 "$@" ;;
+*) echo "run_decay.sh: $what: expected bursty, two_procs or walltime" >&2; exit 2 ;;
+esac
