@@ -35,13 +35,11 @@ static xsa_pool_status driver_error(xsa_pool *p, const char *call, xsa_cu_result
     return r == XSA_CU_ERROR_OUT_OF_MEMORY ? XSA_POOL_HOST_OOM : XSA_POOL_DRIVER_ERROR;
 }
 
-static void free_arena_memory(xsa_pool *p, xsa_arena *a) {
-    if (a->mmapped) {
-        XSA_DRV(p->drv, mem_host_unregister, a->base);
-        munmap(a->base, a->size);
-    } else {
-        XSA_DRV(p->drv, mem_free_host, a->base);
-    }
+/* Gives an arena's memory back; a refusal leaves it to a later try. */
+static xsa_cu_result free_arena_memory(xsa_pool *p, xsa_arena *a) {
+    xsa_cu_result r = a->mmapped ? XSA_DRV(p->drv, mem_host_unregister, a->base) : XSA_DRV(p->drv, mem_free_host, a->base);
+    if (r == XSA_CU_SUCCESS && a->mmapped) munmap(a->base, a->size);
+    return r;
 }
 
 /* A new arena of at least `size` bytes, listed; NULL with err set. */
@@ -78,14 +76,23 @@ static xsa_arena *new_arena(xsa_pool *p, size_t size, bool mmapped, char *err, s
     return a;
 }
 
+/* An arena with no copy left goes; one whose memory the driver refused
+ * to free stays listed, empty, until a later try (retry_empty) succeeds. */
 static void drop_arena(xsa_pool *p, xsa_arena *a) {
+    if (free_arena_memory(p, a) != XSA_CU_SUCCESS) return;
     for (xsa_arena **at = &p->arenas; *at; at = &(*at)->next)
         if (*at == a) {
             *at = a->next;
             break;
         }
-    free_arena_memory(p, a);
     free(a);
+}
+
+static void retry_empty(xsa_pool *p) {
+    for (xsa_arena *a = p->arenas, *next; a; a = next) {
+        next = a->next;
+        if (a->copies == 0) drop_arena(p, a);
+    }
 }
 
 void xsa_backup_drop(xsa_pool *p, xsa_block *b) {
@@ -181,6 +188,7 @@ static xsa_pool_status queue_copies(xsa_pool *p, taking *t, bool mmapped, char *
 }
 
 xsa_pool_status xsa_backup_take(xsa_pool *p, xsa_mempool *mp, bool mmapped, char *err, size_t errlen) {
+    retry_empty(p);
     taking t = {0};
     FOR_ALLOCATED(p, mp, b) t.n++;
     if (t.n == 0) return XSA_POOL_OK;
@@ -252,7 +260,7 @@ void xsa_backup_destroy(xsa_pool *p) {
     while (p->arenas) {
         xsa_arena *a = p->arenas;
         p->arenas = a->next;
-        free_arena_memory(p, a);
+        free_arena_memory(p, a); /* refused at teardown too: the memory leaks, as a failed cuMemRelease's would */
         free(a);
     }
 }
@@ -262,7 +270,7 @@ int xsa_backup_check(const xsa_pool *p, char *err, size_t errlen) {
         int copies = 0;
         for (const xsa_seg *s = p->segments; s; s = s->next_seg)
             for (const xsa_block *b = s->first; b; b = b->next) copies += b->backup && b->backup->arena == a;
-        if (copies != a->copies || copies == 0)
+        if (copies != a->copies)
             return xsa_check_fail(err, errlen, "backup arena %p: %d copies counted, %d found", a->base, a->copies,
                                   copies);
     }

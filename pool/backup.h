@@ -13,7 +13,8 @@
 
 /* Host memory holding the copies of several blocks: pinned (cuMemHostAlloc),
  * or mmap'd and registered with the driver (munmap gives it back to the
- * system at once). Freed when its last copy is dropped. */
+ * system at once). Freed when its last copy is dropped (an arena the
+ * driver refused to free stays listed with no copy, tried again later). */
 typedef struct xsa_arena {
     void *base;
     size_t size;
