@@ -48,8 +48,9 @@
 static xsa_mempool *private_pool(xsa_pool *p, const char *what, xsa_mempool_id id, char *err, size_t errlen) {
     bool private = id.first || id.second;
     xsa_mempool *mp = private ? xsa_mempool_find(p, id) : NULL;
-    if (!mp) xsa_pool_invalid_pool(p->device, what, id, private ? "no such pool" : "(0,
-                                   0) is the device's own cache", err, errlen);
+    if (!mp)
+        xsa_pool_invalid_pool(p->device, what, id, private ? "no such pool" : "(0, 0) is the device's own cache", err,
+                              errlen);
     return mp;
 }
 
