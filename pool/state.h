@@ -5,7 +5,7 @@
  * each file's calls are in its own header.
  *
  * Design: the files are in layers, each calling only those below it.
- *   core:     block.c, free_set.c, ptr_map.c, events.c, ipc_state.c,
+ *   core:     errors.c (refusals' sentences), block.c, free_set.c, ptr_map.c, events.c, ipc_state.c,
  *             trace.c (observation points), stats.c, mempool.c (memory
  *             pool records and routing), own_allocator.c (memory pools
  *             with an allocator of their own, their flags, the memory of
@@ -17,10 +17,11 @@
  *             release.c (giving memory back), capture.c (the memory pool
  *             calls and capture), capture_reuse.c (capture-time reuse),
  *             checkpoint.c (a memory pool's blocks set to a checkpoint),
- *             settings.c (options changed at run time), decay.c (pages
- *             unused long enough released), ready.c (pages mapped ahead
- *             of a growth), jobs.c (the helper thread's work: decay,
- *             readying and retiring recycling's old mappings);
+ *             settings.c (options changed at run time), backup.c (host
+ *             copies of blocks), pause.c (tagged pools paused and resumed),
+ *             decay.c (pages unused long enough released), ready.c (pages
+ *             mapped ahead of a growth), jobs.c (the helper thread's work:
+ *             decay, readying and retiring recycling's old mappings);
  *   readers:  check.c, snapshot.c, info.c;
  *   top:      pool.c (create, malloc, free, record_stream, destroy).
  * Not part of the pool's interface (api/ uses pool.h and the policies'
@@ -65,6 +66,15 @@ typedef struct xsa_mempool {
     xsa_mempool_allocator allocator;
     bool use_on_oom;           /* lends its free blocks to the global pool's misses while in use */
     bool no_split;             /* never splits a block; unchanged while it holds segments */
+    /* Pause and resume (pool/pause.c): its tag (0: none; api/ names
+     * them), the tag's XSA_TAG_* flags, whether a malloc into it saw its
+     * stream capturing (its graphs replay over its free blocks, on any
+     * stream), and whether it is paused (its pages released, its ranges
+     * kept). */
+    uint32_t tag;
+    uint32_t tag_flags;
+    bool captured;
+    bool paused;
     xsa_free_set free[XSA_POOL_KINDS];
     /* Released pools a block of which was freed while this pool captured:
      * the graph may use that memory at every replay, so they keep it until
@@ -103,6 +113,9 @@ typedef struct xsa_seg {
     xsa_block *first;          /* lowest-address block */
     xsa_segment vm;            /* expandable only */
     size_t draining_pages;     /* mapped in vm but moved on (pool/recycle) or being released (pool/decay): not this segment's memory */
+    /* Its memory pool is paused: nothing is mapped in vm, and the pages its
+     * mapped blocks cover are the ones a resume maps again (pool/pause.c). */
+    bool paused;
     size_t held;               /* blocks a helper job holds (pool/jobs.c): the segment stays while any */
     /* Where the last growth that created pages ended and how many it
      * created: the helper readies pages there (pool/ready.c); 0 pages: none. */
@@ -210,6 +223,8 @@ struct xsa_pool {
     xsa_pool_listener listener;
     xsa_observer_fn observer;  /* pool/trace.h; NULL: none */
     void *observer_ctx;
+    xsa_stream copy_stream;    /* backups' copies (pool/backup.c); NULL until the first */
+    struct xsa_arena *arenas;  /* host memory holding backups (pool/backup.c) */
 };
 
 /* Work for the helper thread appeared (a growth to ready pages after,
