@@ -199,9 +199,16 @@ class Library:
         """{entry point: [calls, microseconds]} since initialisation (xsa_driver_calls_json)."""
         needed = ctypes.c_size_t()
         self.cdll.xsa_driver_calls_json(None, 0, ctypes.byref(needed))
-        buf = ctypes.create_string_buffer(needed.value)
-        self.check(self.cdll.xsa_driver_calls_json(buf, needed.value, ctypes.byref(needed)), "xsa_driver_calls_json")
-        return json.loads(buf.value.decode())
+        while True:
+            # Another thread (the helper thread, the program's) may call the
+            # driver between the two calls and lengthen the text: a few
+            # bytes of room, and again with the size it says if too small.
+            size = needed.value + 64
+            buf = ctypes.create_string_buffer(size)
+            st = self.cdll.xsa_driver_calls_json(buf, size, ctypes.byref(needed))
+            if st == SUCCESS or needed.value <= size:
+                self.check(st, "xsa_driver_calls_json")
+                return json.loads(buf.value.decode())
 
     def stats(self, device):
         s = DeviceStats()

@@ -465,10 +465,11 @@ int fi_run(const fi_workload *w, xsa_driver_entry entry, uint64_t nth, size_t ch
     if (xsa_sim_configure(&c) != XSA_CU_SUCCESS) return fail(&r, "the simulated driver still holds resources");
     if (xsa_use_driver("sim") != XSA_SUCCESS) return fail(&r, "xsa_use_driver: %s", xsa_last_error());
     if (nth) xsa_sim_fail_call(entry, nth, fi_error_for(entry));
-    if (w->c.event_us) { /* the helper's rounds are steps of the workload, on trace time */
-        xsa_helper_set_manual(true);
-        xsa_helper_set_clock(trace_clock, &r);
-    }
+    /* The helper's rounds are steps of the workload, on trace time, never
+     * a thread's (whose faults would fire at no step): without event_us,
+     * it never runs. */
+    xsa_helper_set_manual(true);
+    xsa_helper_set_clock(trace_clock, &r);
     r.ptrs = calloc(w->t.n_ids + 1, sizeof *r.ptrs);
     r.sizes = calloc(w->t.n_ids + 1, sizeof *r.sizes);
     int rc = r.ptrs && r.sizes ? run_workload(&r) : fail(&r, "out of host memory");

@@ -23,10 +23,11 @@
  * dropped from the workload, the blocks it allocates are freed at once.
  * After a fault has fired a restore may be refused (memory held back by a
  * capture whose deferred frees could not record their events).
- * With `event_us` set, the helper thread runs in manual mode on a clock
- * of trace time (event_us an event): its due rounds after every event
- * (xsa_helper_poll, api/helper.h), so that its jobs (decay, readying,
- * old addresses unmapped) meet every fault too.
+ * The helper thread runs in manual mode on a clock of trace time, never
+ * as a thread (its faults must fire at a step): with `event_us` set, its
+ * due rounds after every event (xsa_helper_poll, api/helper.h), so that
+ * its jobs (decay, readying, old addresses unmapped) meet every fault too;
+ * without, it never runs.
  * After the trace every live allocation is freed (a free that failed is
  * retried), the last pool released and the cache emptied.
  * Injection points: every call, N = 1..count, of every driver entry point F

@@ -29,7 +29,15 @@ static void decay_on(xsa_pool_options *o) {
     o->page_decay_ms = DECAY_MS;
 }
 
-static void helper_only(xsa_pool_options *o) { o->helper_thread = true; }
+static void helper_only(xsa_pool_options *o) {
+    o->helper_thread = true;
+    o->page_decay_ms = 0;
+}
+
+static void helper_off(xsa_pool_options *o) {
+    o->helper_thread = false;
+    o->page_decay_ms = 0;
+}
 
 static void helper_recycling(xsa_pool_options *o) {
     o->helper_thread = true;
@@ -252,7 +260,7 @@ static void test_decay_off_or_helper_off_does_nothing(void **state) {
     assert_int_equal(reserved(p), 42 * MiB);
     release(p, params);
     teardown(p);
-    p = make_pool(1 * GiB, true, NULL);
+    p = make_pool(1 * GiB, true, helper_off);
     params = params_and_burst(p);
     assert_true(xsa_pool_jobs_due(p) == UINT64_MAX);
     release(p, params);
