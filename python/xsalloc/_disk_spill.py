@@ -31,7 +31,8 @@ class _DeviceBytes:
     """n bytes of device memory at ptr, as torch.as_tensor takes them (__cuda_array_interface__)."""
 
     def __init__(self, ptr, n):
-        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 2}
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "strides": None,
+                                         "version": 2}
 
 
 def chunk_bytes():
