@@ -1,11 +1,11 @@
 """xsalloc.memory_saver (torch_memory_saver's and vLLM's API) on the simulated driver, without torch.
 
 Design: a stand-in for torch with only what memory_saver touches, doing
-what torch does with xsalloc as its allocator: MemPool() creates the pool
-(xsa_mempool_create, torch's createOrIncrefPool), use_mem_pool and
-torch.cuda.graph route the thread's allocations to a pool and end the
-routing through the entry points torch's adapter calls, and a "tensor" is
-an allocation made through xsa_torch_malloc while routed. The copies the
+what torch's adapter does with xsalloc as its allocator: MemPool() creates
+the pool (xsa_mempool_create, torch's createOrIncrefPool), use_mem_pool and
+torch.cuda.graph route allocations to a pool (xsa_begin_allocate_to_pool,
+every stream; torch's filter takes the thread's) and end the routing, and a
+"tensor" is an allocation made through xsa_torch_malloc while routed. The copies the
 disk backup makes are memmoves: simulated device memory is host memory.
 So the pools, tags, pauses, backups and files are xsalloc's and the
 saver's own; only torch is stood in for. xsalloc.torch is marked as
@@ -27,8 +27,8 @@ import xsalloc.elastic as elastic
 import xsalloc.memory_saver as memory_saver
 import xsalloc.torch as xsalloc_torch
 from xsalloc import _lib, _tms_compat
-from test_elastic import ElasticSimCase
-from test_xsalloc import TORCH_BEGIN_POOL, TORCH_MALLOC, TORCH_POOL_CALL, MempoolId, module_as
+from test_elastic import ElasticSimCase, end_route, route
+from test_xsalloc import TORCH_MALLOC, module_as
 
 MiB = 1 << 20
 
@@ -99,9 +99,9 @@ def saver_torch(lib):
     torch.version = types.SimpleNamespace(cuda="13.0")
     torch.uint8 = "uint8"
     torch.OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
-    begin = TORCH_BEGIN_POOL(lib.address("xsa_torch_begin_allocate_to_pool"))
-    end = TORCH_POOL_CALL(lib.address("xsa_torch_end_allocate_to_pool"))
-    release = TORCH_POOL_CALL(lib.address("xsa_torch_release_pool"))
+
+    def release(device, pool_id):
+        lib.check(lib.cdll.xsa_mempool_release(device, _lib.MempoolId(*pool_id)), "releasePool")
 
     def new_id():
         state.next_id += 1
@@ -117,21 +117,21 @@ def saver_torch(lib):
 
     @contextlib.contextmanager
     def use_mem_pool(pool):
-        begin(state.device, MempoolId(*pool.id), None)
+        route(lib, state.device, pool.id)  # beginAllocateToPool: a use of the pool, and its routing
         try:
             yield
         finally:
-            end(state.device, MempoolId(*pool.id))
-            release(state.device, MempoolId(*pool.id))
+            end_route(lib, state.device, pool.id)
+            release(state.device, pool.id)
 
     @contextlib.contextmanager
     def graph(g, pool=None, stream=None, capture_error_mode="global"):
-        g.pool_id = tuple(pool)  # capture_begin(pool): a routing to the graph's pool
-        begin(state.device, MempoolId(*g.pool_id), None)
+        g.pool_id = tuple(pool)  # capture_begin(pool): a routing to the graph's pool (and a use of it)
+        route(lib, state.device, g.pool_id)
         try:
             yield
         finally:
-            end(state.device, MempoolId(*g.pool_id))
+            end_route(lib, state.device, g.pool_id)
 
     def synchronize(device=None):
         state.syncs += 1
@@ -294,12 +294,13 @@ class TorchMemorySaverTest(SaverCase):
             out = self.tensor(MiB)
         self.assertEqual(elastic.live_blocks(0, g.pool_id), [(out, MiB)])
         self.assertEqual(g.pool_id[0], 0, "a handle from graph_pool_handle()")
-        free_page = p + 6 * MiB  # inside the pool, owned by no live block
         self.saver.pause("graph")
         self.assertEqual(elastic.paused_pools(), {(0, g.pool_id)})
-        self.assertFalse(self.mapped(out) or self.mapped(free_page), "its free memory too")
+        self.assertFalse(self.mapped(out) or self.mapped(p + 6 * MiB), "its free memory too")
         self.saver.resume("graph")
-        self.assertTrue(self.mapped(out) and self.mapped(free_page), "every page back: the graph replays over it")
+        self.assertTrue(self.mapped(out))
+        # (No stream captures here, so the pool's free pages stay dropped; with a real capture they come
+        # back: the C pause tests, and torch_memory_saver's cuda_graph example on a GPU.)
         g2 = types.SimpleNamespace()
         with self.saver.cuda_graph(g2, pool=g.pool_id, tag="graph"):  # a shared pool keeps its tag
             pass
@@ -308,7 +309,7 @@ class TorchMemorySaverTest(SaverCase):
                 pass
         self.free(out)
         for _ in range(3):  # the three graphs' uses of the pool, as their destructors drop them
-            TORCH_POOL_CALL(self.lib.address("xsa_torch_release_pool"))(0, MempoolId(*g.pool_id))
+            self.lib.check(self.lib.cdll.xsa_mempool_release(0, _lib.MempoolId(*g.pool_id)), "releasePool")
 
     def test_resume_out_of_memory_is_torchs_error_and_recoverable(self):
         with self.saver.region(tag="w", enable_cpu_backup=True):
