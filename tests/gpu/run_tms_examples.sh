@@ -71,6 +71,14 @@ except Exception as e:
 EOF
 "$venv/bin/python" -m xsalloc.run "$work/warm.py"
 gpus=$("$venv/bin/python" -c 'import torch; print(torch.cuda.device_count())')
+# disable() relies on nested use_mem_pool routing to the innermost pool: what torch's own allocator does here.
+"$venv/bin/python" - <<'EOF' || true
+import torch
+outer, inner = torch.cuda.MemPool(), torch.cuda.MemPool()
+with torch.cuda.use_mem_pool(outer), torch.cuda.use_mem_pool(inner):
+    t = torch.empty(1 << 20, device="cuda")
+print("INFO torch's own allocator routes nested use_mem_pool to the", "inner" if inner.snapshot() else "outer", "pool")
+EOF
 
 pass=0; fail=0; skip=0
 # run LABEL CONF MODULE FUNCTION HOOK_MODE [VAR=VALUE...]
