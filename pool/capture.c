@@ -28,8 +28,8 @@
 static bool is_private(xsa_mempool_id id) { return id.first != 0 || id.second != 0; }
 
 xsa_pool_status xsa_pool_mempool_create(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen) {
-    if (!is_private(id)) return xsa_pool_invalid_pool(p->device, "xsa_mempool_create", id, "(0,
-                                                      0) is the device's own cache", err, errlen);
+    if (!is_private(id)) return xsa_pool_invalid_pool(p->device, "xsa_mempool_create", id, "(0, 0) is the device's own cache",
+        err, errlen);
     xsa_mempool *mp = xsa_mempool_find(p, id);
     if (mp)
         mp->use_count++;

@@ -60,8 +60,8 @@ xsa_cu_result xsa_classic_free(xsa_pool *p, const xsa_seg *s) {
 xsa_pool_status xsa_pool_mempool_create_with(xsa_pool *p, xsa_mempool_id id, const xsa_mempool_allocator *allocator,
                                              char *err, size_t errlen) {
     const char *what = "xsa_mempool_create_with_allocator";
-    if (!id.first && !id.second) return xsa_pool_invalid_pool(p->device, what, id, "(0,
-                                                              0) is the device's own cache", err, errlen);
+    if (!id.first && !id.second) return xsa_pool_invalid_pool(p->device, what, id, "(0, 0) is the device's own cache",
+        err, errlen);
     if (!allocator || !allocator->alloc || !allocator->free)
         return xsa_pool_invalid_pool(p->device, what, id, "the allocator needs both an alloc and a free function",
                                      err, errlen);

@@ -16,11 +16,9 @@ ENV_LIBRARY = "XSALLOC_LIBRARY"
 LIBRARY_NAME = "libxsalloc.so"
 
 SUCCESS = 0
-ERROR_INVALID_VALUE = 1
 ERROR_OUT_OF_MEMORY = 2
 ERROR_CONFIG = 5
 ERROR_ALREADY_INITIALIZED = 8
-ERROR_NOT_SUPPORTED = 9
 
 
 class XsallocError(RuntimeError):
@@ -46,7 +44,6 @@ _STAT_ARRAYS = (
 )
 _COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
 _EXTRA = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled")
-_OWN_STATS = ("paused_bytes",)  # xsalloc's own xsa_stat fields, after _EXTRA
 
 
 class DeviceStats(ctypes.Structure):
@@ -57,7 +54,7 @@ class DeviceStats(ctypes.Structure):
         + [(name, ctypes.c_int64) for name in _COUNTERS]
         + [("oversize_allocations", _Stat), ("oversize_segments", _Stat), ("max_split_size", ctypes.c_int64)]
         + [(name, ctypes.c_int64) for name in _EXTRA]
-        + [(name, _Stat) for name in _OWN_STATS]
+        + [("paused_bytes", _Stat)]
     )
 
     def as_nested_dict(self):
@@ -72,8 +69,7 @@ class DeviceStats(ctypes.Structure):
             out[name] = {pool: stat(getattr(self, name)[i]) for i, pool in enumerate(_POOLS)}
         out["oversize_allocations"] = stat(self.oversize_allocations)
         out["oversize_segments"] = stat(self.oversize_segments)
-        for name in _OWN_STATS:
-            out[name] = stat(getattr(self, name))
+        out["paused_bytes"] = stat(self.paused_bytes)
         return out
 
 
