@@ -450,7 +450,9 @@ static xsa_pool_status resume_oom(xsa_pool *p, size_t bytes, const char *why, ch
  * device's) is XSA_POOL_OOM with the report in err. */
 static xsa_pool_status map_all(xsa_pool *p, const pool_set *set, size_t pages, char *err, size_t errlen) {
     if (p->reserved + pages * p->page_size > p->allowed_max)
-        return resume_oom(p, pages * p->page_size, "past the memory fraction", err, errlen);
+        return resume_oom(p, pages * p->page_size,
+                          p->opt.memory_fraction < 1.0 ? "past the memory fraction" : "more than the device holds", err,
+                          errlen);
     xsa_cu_result r = XSA_CU_SUCCESS;
     FOR_SEGMENTS(p, set, s) if (r == XSA_CU_SUCCESS) r = map_segment(p, s);
     if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
