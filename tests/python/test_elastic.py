@@ -196,7 +196,6 @@ class PauseResumeTest(ElasticSimCase):
         self.free(p)
         self.free(q)
 
-    @unittest.expectedFailure  # pool/pause.c's refusal gives the tag's number ("tag 19"), not its name
     def test_the_refusal_names_the_tag(self):
         with elastic.region("weights"):
             p = self.malloc(MiB)

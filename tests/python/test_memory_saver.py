@@ -326,7 +326,6 @@ class TorchMemorySaverTest(SaverCase):
         self.assertEqual(ctypes.string_at(a, 64 * MiB), data)
         self.free(a)
 
-    @unittest.expectedFailure  # xsalloc routes to the oldest routing; torch 2.10+ to the newest (PyTorch PR 168382)
     def test_disable_routes_to_an_untagged_pool(self):
         with self.saver.region(tag="w"):
             with self.saver.disable():
