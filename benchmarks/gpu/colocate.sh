@@ -15,6 +15,9 @@
 # 15 s), compiles the torch adapter once, then runs, one process each:
 #   none               the program never paused, torch's allocator (the reference)
 #   tms                torch_memory_saver, torch hook mode (it refuses expandable segments)
+#   uninterrupted-xsalloc  the program never paused, on xsalloc (the xsalloc runs' reference: the
+#                      same allocator, the same cuBLAS choices; bf16 decoding of a random model
+#                      flips a token on any rounding difference)
 #   xsalloc            python -m xsalloc.run, XSALLOC_CONF=expandable_segments:True
 #   xsalloc-norecycle  the same with page_recycling:False
 # About 4-5 minutes on an H100 or H200, the builds included.
@@ -75,6 +78,7 @@ run none -- "$venv/bin/python" "$prog" --saver none "$@"
 if "$venv/bin/python" -c 'import torch_memory_saver' 2> /dev/null; then
     run tms -- "$venv/bin/python" "$prog" --saver tms "$@"
 fi
+run uninterrupted-xsalloc XSALLOC_CONF=expandable_segments:True -- "$venv/bin/python" -m xsalloc.run "$prog" --saver none "$@"
 run xsalloc XSALLOC_CONF=expandable_segments:True -- "$venv/bin/python" -m xsalloc.run "$prog" --saver xsalloc "$@"
 run xsalloc-norecycle XSALLOC_CONF=expandable_segments:True,page_recycling:False -- \
     "$venv/bin/python" -m xsalloc.run "$prog" --saver xsalloc "$@"
