@@ -39,6 +39,7 @@ storage an extension cannot be sure to share with torch.
 """
 
 import os
+import warnings
 
 import xsalloc
 from . import _adapter, _lib
@@ -102,8 +103,8 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
         module.install()
         _adapter_module = module
         _installed = torch.cuda.memory._get_current_allocator()
-        module.sync_torch_settings()
-        _hook_allocator_settings(torch, module.sync_torch_settings)
+        _sync_torch_settings(module)
+        _hook_allocator_settings(torch, lambda: _sync_torch_settings(module))
         return _installed
     path, malloc_fn, free_fn = _adapter.load_pluggable(torch, lib)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_fn, free_fn)
@@ -118,6 +119,17 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
     if patch_torch_stats:
         _patch_torch_stats(torch)
     return alloc
+
+
+def _sync_torch_settings(module):
+    """torch's own settings (c10's) told xsalloc's; torch refusing (it parses its own variables
+    first, and refuses keys it does not know there) is said once, not fatal: xsalloc is the
+    allocator either way, only what others read in torch's settings stays torch's."""
+    try:
+        module.sync_torch_settings()
+    except RuntimeError as e:
+        warnings.warn(f"xsalloc: torch's own allocator settings still say torch's, not xsalloc's (what other code, "
+                      f"ProcessGroupNCCL for one, reads there): torch refused them: {e}", stacklevel=3)
 
 
 # torch's settings setters, newest first (torch._C functions).
