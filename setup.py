@@ -9,8 +9,9 @@ Design: the library is a plain C shared object that python/xsalloc loads with
 ctypes (and PyTorch's CUDAPluggableAllocator dlopens), not a Python
 extension; it is declared as one so that setuptools compiles it with the
 machine's C compiler and the wheel is platform specific, and it keeps its
-own name. Only C sources and cuda.h are needed: libcuda is never linked
-(xsalloc dlopens it at run time). These flags are the one copy outside
+own name. Only C sources and cuda.h are needed (a toolkit's, or the nvidia
+pip packages' beside torch): libcuda is never linked (xsalloc dlopens it at
+run time). These flags are the one copy outside
 Bazel's (.bazelrc): the GPU scripts build with this file too.
 
 With torch importable (and built with CUDA), the torch adapter
@@ -30,6 +31,7 @@ import importlib.util
 import json
 import os
 import shutil
+import types
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -37,13 +39,23 @@ from setuptools.command.build_py import build_py
 from setuptools.errors import CompileError, LinkError
 
 LTO = "-flto=auto"
-CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME") or "/usr/local/cuda", "include")
 CSRC = os.path.join("python", "xsalloc", "csrc")
 LIBRARY = "xsalloc.libxsalloc"
 
 _spec = importlib.util.spec_from_file_location("_adapter_build", os.path.join("python", "xsalloc", "_adapter_build.py"))
 adapter_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(adapter_build)
+
+
+def cuda_h_dirs():
+    """Where cuda.h is: a CUDA toolkit's include/, or the nvidia pip packages beside torch (found
+    without importing it) or on sys.path."""
+    spec = importlib.util.find_spec("torch")
+    beside = types.SimpleNamespace(__file__=spec.origin) if spec is not None and spec.origin else None
+    return adapter_build.cuda_include_dirs(beside, header="cuda.h")
+
+
+CUDA_INCLUDE = cuda_h_dirs()
 
 
 def importable_torch():
@@ -72,9 +84,10 @@ class BuildLibrary(build_ext):
     def build_extension(self, ext):
         if ext.name != LIBRARY:
             return self.build_torch_extension(ext)
-        if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
-            raise RuntimeError(f"xsalloc: no cuda.h in {CUDA_INCLUDE}: set CUDA_HOME to the CUDA toolkit "
-                               "(only its headers are needed)")
+        if not CUDA_INCLUDE:
+            raise RuntimeError("xsalloc: no cuda.h in $CUDA_HOME/include, $CUDA_PATH/include, /usr/local/cuda/include "
+                               "or the nvidia pip packages beside torch: set CUDA_HOME to a CUDA toolkit (only its "
+                               "headers are needed)")
         try:
             super().build_extension(ext)
         except (CompileError, LinkError):
@@ -151,7 +164,7 @@ def torch_extensions(torch):
 library = Extension(
     LIBRARY,
     sources=sorted(f for layer in ("vmm", "sim", "pool", "api") for f in glob.glob(f"{layer}/*.c")),
-    include_dirs=[".", "include", CUDA_INCLUDE],
+    include_dirs=[".", "include"] + CUDA_INCLUDE,
     # -fvisibility=hidden: only the XSA_API functions are exported, and the
     # calls inside stay direct; link-time optimisation across the files.
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-O2", LTO, "-fvisibility=hidden", "-Wall", "-Wextra"],

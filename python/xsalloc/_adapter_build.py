@@ -34,8 +34,9 @@ def sources(csrc, names):
 
 
 def _site_dirs(torch):
-    """Where pip puts packages beside torch: its own site directory first, then sys.path."""
-    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))]
+    """Where pip puts packages beside torch: its own site directory first (torch: anything with
+    torch's __file__, or None), then sys.path."""
+    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))] if torch is not None else []
     return dirs + [p for p in sys.path if p and os.path.isdir(p) and p not in dirs]
 
 
@@ -47,18 +48,18 @@ def _toolkits(env, default):
     return [r for r in roots if r]
 
 
-def cuda_include_dirs(torch, env=os.environ, default=DEFAULT_TOOLKIT):
-    """The directories holding the CUDA runtime's headers (cuda_runtime_api.h): a toolkit's
-    include/ ($CUDA_HOME, $CUDA_PATH, `default`), else every include/ of the nvidia pip packages
-    (headers are spread over several). [] when there are none."""
+def cuda_include_dirs(torch, env=os.environ, default=DEFAULT_TOOLKIT, header="cuda_runtime_api.h"):
+    """The directories holding the CUDA headers (`header`: the runtime's for the adapter, cuda.h
+    for the library): a toolkit's include/ ($CUDA_HOME, $CUDA_PATH, `default`), else every
+    include/ of the nvidia pip packages (headers are spread over several). [] when none has it."""
     for root in _toolkits(env, default):
         inc = os.path.join(root, "include")
-        if os.path.exists(os.path.join(inc, "cuda_runtime_api.h")):
+        if os.path.exists(os.path.join(inc, header)):
             return [inc]
     for site in _site_dirs(torch):
         found = sorted(glob.glob(os.path.join(site, "nvidia", "*", "include"))
                        + glob.glob(os.path.join(site, "nvidia", "*", "*", "include")))
-        if any(os.path.exists(os.path.join(d, "cuda_runtime_api.h")) for d in found):
+        if any(os.path.exists(os.path.join(d, header)) for d in found):
             return found
     return []
 
