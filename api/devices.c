@@ -20,7 +20,9 @@
  * it (CUDA cannot be initialised again in a forked child): the child
  * forgets the parent's pools without touching them, every call that needs
  * a device fails saying so, as PyTorch does, and xsa_free of the parent's
- * memory does nothing. A child forked before the start starts its own.
+ * memory does nothing. A child forked before the start starts its own, as
+ * does a forked child that picks the simulated driver (xsa_use_driver),
+ * which holds no CUDA state: tests stand for another process so.
  */
 #include "api/devices.h"
 
@@ -69,6 +71,9 @@ xsa_status xsa_use_driver(const char *name) {
     pthread_mutex_lock(&g.init_lock);
     bool ready = atomic_load(&xsa_devices.ready);
     if (!ready) g.forced_driver = name && strcmp(name, "cuda") == 0 ? "cuda" : name ? "sim" : NULL;
+    /* The simulator holds no CUDA state: a forked child that picks it
+     * starts afresh (tests stand for another process so). */
+    if (!ready && g.forced_driver && strcmp(g.forced_driver, "sim") == 0) g.forked_from = 0;
     pthread_mutex_unlock(&g.init_lock);
     if (ready) return xsa_fail(XSA_ERROR_ALREADY_INITIALIZED, "xsa_use_driver: already initialised; call xsa_shutdown first");
     return xsa_ok();

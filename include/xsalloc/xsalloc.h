@@ -21,7 +21,9 @@
  * fork: a child forked before the driver started starts its own; in a
  * child forked after it started, every call that needs a device fails with
  * XSA_ERROR_NO_DRIVER ("Cannot re-initialize CUDA in forked subprocess",
- * as CUDA itself cannot), and xsa_free of the parent's memory does nothing.
+ * as CUDA itself cannot), and xsa_free of the parent's memory does nothing;
+ * such a child that picks the simulated driver (xsa_use_driver("sim"))
+ * starts afresh on it, as another process would.
  */
 #ifndef XSALLOC_H
 #define XSALLOC_H

@@ -111,6 +111,9 @@ static void test_child_forked_after_the_start_is_refused_and_never_hangs(void **
         CHECK(7, xsa_device_count(&n) == XSA_ERROR_NO_DRIVER);
         CHECK(8, xsa_shutdown() == XSA_SUCCESS);                 /* forgets, touches nothing */
         CHECK(9, xsa_malloc(&p, MiB, 0, NULL) == XSA_ERROR_NO_DRIVER); /* and never starts again */
+        /* ... unless it picks the simulator, which holds no CUDA state: afresh, as another process. */
+        CHECK(10, xsa_use_driver("sim") == XSA_SUCCESS);
+        CHECK(11, xsa_malloc(&p, MiB, 0, NULL) == XSA_SUCCESS && xsa_free(p) == XSA_SUCCESS);
         _exit(0);
     }
     int status = child_status(pid);

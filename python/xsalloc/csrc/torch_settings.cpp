@@ -15,16 +15,20 @@ namespace xsalloc_torch {
 
 namespace ACC = c10::CachingAllocator;
 
-// xsalloc's settings in torch's keys: every key both honour, so that what
-// torch resets when a key is missing (max_split_size_mb,
-// garbage_collection_threshold, roundup_power2_divisions) is given too.
+// xsalloc's settings in torch's keys: expandable_segments always, the keys
+// torch resets to their defaults when a string leaves them out
+// (max_split_size_mb, garbage_collection_threshold,
+// roundup_power2_divisions) when they are not at those defaults.
 static std::string in_torch_keys(const xsa_settings& s) {
   std::string out = std::string("expandable_segments:") + (s.expandable_segments ? "True" : "False");
   if (s.max_split_size != SIZE_MAX) out += ",max_split_size_mb:" + std::to_string(s.max_split_size >> 20);
   if (s.garbage_collection_threshold > 0)
     out += ",garbage_collection_threshold:" + std::to_string(s.garbage_collection_threshold);
+  bool rounding = false;
+  for (int i = 0; i < 16; i++) rounding = rounding || s.roundup_power2_divisions[i] != 0;
+  if (!rounding) return out;
   out += ",roundup_power2_divisions:[";
-  for (int i = 0; i < 16; i++)
+  for (int i = 0; i < 16; i++)  // interval i starts at 2^i MiB, as torch numbers them
     out += (i ? "," : "") + std::to_string(1u << i) + ":" + std::to_string(s.roundup_power2_divisions[i]);
   return out + "]";
 }
