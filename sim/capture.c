@@ -4,9 +4,10 @@
  * (the rules are in xsalloc/sim.h).
  *
  * Design: this file sits in front of the timeline. Every stream and event
- * entry point and xsa_sim_launch come here first: work on a capturing
- * stream becomes a node of the capture's graph, everything else goes on to
- * timeline.c unchanged. Its state is its own (not in S) and guarded by
+ * entry point, the copies and xsa_sim_launch come here first: work on a
+ * capturing stream becomes a node of the capture's graph, everything else
+ * goes on to timeline.c unchanged. A node is a kernel or a copy (with its
+ * host pointer and direction, so that a replay copies again). Its state is its own (not in S) and guarded by
  * the same lock. A graph is an array of nodes, each a device range and the
  * indices of the earlier nodes it depends on, so the array order is a
  * topological order and a replay queues the nodes in it. A capturing stream
@@ -23,15 +24,20 @@
 #include <string.h>
 
 #include "sim/capture.h"
+#include "sim/host.h"
 #include "sim/state.h"
 #include "sim/timeline.h"
 
 typedef sim_node_list node_list;
 
+typedef enum { NODE_KERNEL, NODE_DTOH, NODE_HTOD } node_kind;
+
 typedef struct {
     xsa_devptr ptr;
     size_t size;
     xsa_stream stream; /* captured on, for sentences */
+    node_kind kind;
+    void *host;        /* a copy's host memory */
     node_list deps;    /* earlier nodes of the same graph */
 } cap_node;
 
@@ -190,10 +196,11 @@ xsa_cu_result xsa_sim_cap_device_sync(const char *call) { return forbidden(call)
 
 /* ---- capturing work --------------------------------------------------------------- */
 
-/* A node depending on `deps`; its index in *out. */
-static bool add_node(cap_graph *g, xsa_devptr ptr, size_t size, xsa_stream s, const node_list *deps, uint32_t *out) {
+/* A node like `proto` depending on `deps`; its index in *out. */
+static bool add_node(cap_graph *g, const cap_node *proto, const node_list *deps, uint32_t *out) {
     if (!ARRAY_RESERVE(g->nodes, g->nodes.n + 1)) return false;
-    cap_node nd = {.ptr = ptr, .size = size, .stream = s};
+    cap_node nd = *proto;
+    nd.deps = (node_list){0};
     if (!list_copy(&nd.deps, deps)) return false;
     *out = (uint32_t)g->nodes.n;
     g->nodes.v[g->nodes.n++] = nd;
@@ -206,24 +213,59 @@ static void terminal_is(cap_stream *cs, uint32_t node) {
     cs->deps.v[cs->deps.n++] = node; /* room: the caller reserved one */
 }
 
-static xsa_cu_result capture_kernel(cap_stream *cs, xsa_devptr ptr, size_t size) {
-    cap_seq *q = find_seq(cs->capture);
-    if (q->invalidated) return XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED;
-    if (size == 0 || ptr + size < ptr) return XSA_CU_ERROR_INVALID_VALUE;
+/* A kernel or copy `nd` (its range checked by the caller) becomes the
+ * stream's one terminal node. */
+static xsa_cu_result capture_work(cap_stream *cs, const cap_node *nd) {
     uint32_t node;
-    if (!ARRAY_RESERVE(cs->deps, 1) || !add_node(graph_of(q), ptr, size, cs->stream, &cs->deps, &node))
+    if (!ARRAY_RESERVE(cs->deps, 1) || !add_node(graph_of(find_seq(cs->capture)), nd, &cs->deps, &node))
         return XSA_CU_ERROR_OUT_OF_MEMORY;
     terminal_is(cs, node);
     return XSA_CU_SUCCESS;
+}
+
+static xsa_cu_result capture_kernel(cap_stream *cs, xsa_devptr ptr, size_t size) {
+    if (find_seq(cs->capture)->invalidated) return XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (size == 0 || ptr + size < ptr) return XSA_CU_ERROR_INVALID_VALUE;
+    return capture_work(cs, &(cap_node){.ptr = ptr, .size = size, .stream = cs->stream});
 }
 
 xsa_cu_result xsa_sim_launch(xsa_stream stream, xsa_devptr ptr, size_t size) {
     pthread_mutex_lock(&xsa_sim_lock);
     xsa_sim_ensure_configured();
     cap_stream *cs = find_stream(stream);
-    xsa_cu_result r = cs ? capture_kernel(cs, ptr, size) : xsa_sim_tl_launch(stream, ptr, size, "a kernel launched");
+    xsa_cu_result r = !xsa_sim_tl_stream_valid(stream) ? XSA_CU_ERROR_INVALID_HANDLE
+                      : cs ? capture_kernel(cs, ptr, size)
+                           : xsa_sim_tl_launch(stream, ptr, size, "a kernel launched");
     pthread_mutex_unlock(&xsa_sim_lock);
     return r;
+}
+
+static const char *copy_call(node_kind kind) { return kind == NODE_DTOH ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync"; }
+
+/* A copy on the timeline (outside capture, or replayed). */
+static xsa_cu_result timeline_copy(node_kind kind, void *host, xsa_devptr dev, size_t n, xsa_stream stream,
+                                   const char *how) {
+    char what[64];
+    snprintf(what, sizeof what, "a copy (%s)%s", copy_call(kind), how);
+    return xsa_sim_tl_copy(kind == NODE_DTOH, host, dev, n, stream, what);
+}
+
+/* A copy on a capturing stream is a node with pinned host memory; with
+ * pageable memory CUDA cannot capture it. */
+xsa_cu_result xsa_sim_cap_copy(bool to_host, void *host, xsa_devptr dev, size_t n, xsa_stream stream) {
+    node_kind kind = to_host ? NODE_DTOH : NODE_HTOD;
+    if (!host) return XSA_CU_ERROR_INVALID_VALUE;
+    if (n == 0) return XSA_CU_SUCCESS;
+    if (dev + n < dev) return XSA_CU_ERROR_INVALID_VALUE;
+    cap_stream *cs = find_stream(stream);
+    if (!cs) return timeline_copy(kind, host, dev, n, stream, "");
+    cap_seq *q = find_seq(cs->capture);
+    if (q->invalidated) return XSA_CU_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!xsa_sim_host_pinned(host, n)) {
+        invalidate(q, "%s with pageable host memory %p", copy_call(kind), host);
+        return XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return capture_work(cs, &(cap_node){.ptr = dev, .size = n, .stream = stream, .kind = kind, .host = host});
 }
 
 /* Forgets that the event was recorded in a capture. */
@@ -329,6 +371,14 @@ xsa_cu_result xsa_sim_cap_event_query(xsa_event event) {
 xsa_cu_result xsa_sim_cap_event_synchronize(xsa_event event) {
     xsa_cu_result r = event_sync_call(event, "cuEventSynchronize");
     return r ? r : xsa_sim_tl_event_synchronize(event);
+}
+
+xsa_cu_result xsa_sim_cap_stream_destroy(xsa_stream stream) {
+    cap_stream *cs = find_stream(stream);
+    if (!cs) return xsa_sim_tl_stream_destroy(stream);
+    char a[48];
+    invalidate(find_seq(cs->capture), "cuStreamDestroy of %s, which is in it", stream_text(stream, a, sizeof a));
+    return XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 xsa_cu_result xsa_sim_cap_event_destroy(xsa_event event) {
@@ -535,7 +585,7 @@ static xsa_cu_result capture_graph(cap_stream *cs, const cap_exec *e) {
             sink[deps.v[k]] = false;
             deps.v[k] += base;
         }
-        ok = ok && add_node(g, x->ptr, x->size, x->stream, &deps, &node);
+        ok = ok && add_node(g, x, &deps, &node);
         ARRAY_FREE(deps);
     }
     if (ok && e->nodes.n) {
@@ -550,6 +600,18 @@ static xsa_cu_result capture_graph(cap_stream *cs, const cap_exec *e) {
     return XSA_CU_ERROR_OUT_OF_MEMORY;
 }
 
+/* A kernel node, or a copy node while its host memory is still pinned. */
+static xsa_cu_result replay_node(const cap_node *x, xsa_stream stream) {
+    if (x->kind == NODE_KERNEL) return xsa_sim_tl_launch(stream, x->ptr, x->size, "a graph node replayed");
+    if (xsa_sim_host_pinned(x->host, x->size)) return timeline_copy(x->kind, x->host, x->ptr, x->size, stream, " replayed");
+    char a[48];
+    xsa_sim_tl_violation(&S.violations.bad_launches,
+                         "a copy node (%s) replayed on %s uses host memory %p that is no longer pinned: "
+                         "CUDA_ERROR_ILLEGAL_ADDRESS",
+                         copy_call(x->kind), stream_text(stream, a, sizeof a), x->host);
+    return XSA_CU_ERROR_ILLEGAL_ADDRESS;
+}
+
 xsa_cu_result xsa_sim_cap_graph_launch(xsa_graph_exec exec, xsa_stream stream) {
     const cap_exec *e = exec_lookup(exec);
     if (!e) return XSA_CU_ERROR_INVALID_VALUE;
@@ -558,7 +620,8 @@ xsa_cu_result xsa_sim_cap_graph_launch(xsa_graph_exec exec, xsa_stream stream) {
     if (e->race[0]) xsa_sim_tl_violation(&S.violations.races, "%s", e->race);
     xsa_cu_result r = XSA_CU_SUCCESS;
     for (size_t i = 0; i < e->nodes.n; i++) {
-        xsa_cu_result ri = xsa_sim_tl_launch(stream, e->nodes.v[i].ptr, e->nodes.v[i].size, "a graph node replayed");
+        const cap_node *x = &e->nodes.v[i];
+        xsa_cu_result ri = replay_node(x, stream);
         if (ri == XSA_CU_ERROR_OUT_OF_MEMORY) return ri;
         if (ri) r = ri;
     }
@@ -623,6 +686,7 @@ static int check_nodes(const cap_nodes *nodes, const char *what, char *err, size
     for (size_t i = 0; i < nodes->n; i++) {
         const cap_node *nd = &nodes->v[i];
         if (nd->size == 0 || nd->ptr + nd->size < nd->ptr) return FAIL("%s: node %zu has no range", what, i);
+        if ((nd->kind != NODE_KERNEL) != (nd->host != NULL)) return FAIL("%s: node %zu's host memory is wrong", what, i);
         if (!check_list(&nd->deps, i, what, err, errlen)) return 0;
     }
     return 1;

@@ -20,6 +20,11 @@ xsa_cu_result xsa_sim_cap_event_query(xsa_event event);
 xsa_cu_result xsa_sim_cap_event_synchronize(xsa_event event);
 xsa_cu_result xsa_sim_cap_event_destroy(xsa_event event);
 xsa_cu_result xsa_sim_cap_stream_wait_event(xsa_stream stream, xsa_event event);
+/* Refused for a stream in a capture (which it invalidates). */
+xsa_cu_result xsa_sim_cap_stream_destroy(xsa_stream stream);
+/* memcpy_dtoh_async (to_host) and memcpy_htod_async: on the timeline, or
+ * a node of the stream's capture (host memory pinned; else refused). */
+xsa_cu_result xsa_sim_cap_copy(bool to_host, void *host, xsa_devptr dev, size_t n, xsa_stream stream);
 /* ... a call that synchronizes the device (cuMemFree) is refused while a
  * capture is under way, and invalidates it ... */
 xsa_cu_result xsa_sim_cap_device_sync(const char *call);

@@ -3,8 +3,9 @@
  * checker (xsa_sim_check, xsalloc/sim.h).
  *
  * Design: the checker recomputes every counter from the tables and
- * compares; it walks pages, handles, allocations, streams and events once
- * each, under the driver's lock. The mappings found on the pages (map id
+ * compares; it walks pages, handles, allocations, streams (those made by
+ * stream_create too), events and pinned host memory once each, under the
+ * driver's lock. The mappings found on the pages (map id
  * -> handle) are collected, sorted, so that each recorded kernel use can
  * be checked against a live mapping of its own memory by binary search.
  * Each failed check names what should hold.
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "sim/capture.h"
+#include "sim/host.h"
 #include "sim/state.h"
 #include "sim/timeline.h"
 
@@ -32,8 +34,13 @@ void xsa_sim_get_usage(xsa_sim_usage *u) {
         if (S.events.v[i].live && xsa_sim_tl_event_pending(&S.events.v[i])) u->pending_events++;
     for (size_t i = 0; i < S.streams.n; i++) {
         const sim_stream *st = &S.streams.v[i];
-        for (size_t k = st->head; k < st->ops.n; k++) u->pending_kernels += st->ops.v[k].kind == OP_KERNEL;
+        for (size_t k = st->head; k < st->ops.n; k++) {
+            u->pending_kernels += st->ops.v[k].kind == OP_KERNEL;
+            u->pending_copies += st->ops.v[k].kind == OP_COPY;
+        }
     }
+    u->streams = S.live_streams;
+    xsa_sim_host_usage(u);
     for (int d = 0; d < S.cfg.devices; d++) u->device_used[d] = S.dev[d].used;
     xsa_sim_cap_usage(u);
     pthread_mutex_unlock(&xsa_sim_lock);
@@ -109,8 +116,9 @@ static int check_pages(size_t *refs, map_refs *maps, char *err, size_t errlen) {
     return 1;
 }
 
-/* A kernel's use of memory of `size` bytes: inside it, on a known stream,
- * launched by now, and if pending, a kernel still queued there. */
+/* A kernel's or copy's use of memory of `size` bytes: inside it, on a
+ * known stream, launched by now, and if pending, a kernel or copy still
+ * queued there. */
 static int check_use(const sim_use *u, size_t size, const char *what, size_t idx, char *err, size_t errlen) {
     if (u->len == 0 || u->off > size || u->len > size - u->off) return FAIL("a use of %s %zu is outside it", what, idx);
     if (u->stream >= S.streams.n || u->seq > S.streams.v[u->stream].last)
@@ -118,7 +126,8 @@ static int check_use(const sim_use *u, size_t size, const char *what, size_t idx
     if (u->queued > S.now) return FAIL("a use of %s %zu was launched after now", what, idx);
     if (xsa_sim_tl_use_pending(u)) {
         const sim_op *op = xsa_sim_tl_find_op(&S.streams.v[u->stream], u->seq);
-        if (!op || op->kind != OP_KERNEL) return FAIL("a pending use of %s %zu has no kernel queued", what, idx);
+        if (!op || (op->kind != OP_KERNEL && op->kind != OP_COPY))
+            return FAIL("a pending use of %s %zu has no kernel or copy queued", what, idx);
     }
     return 1;
 }
@@ -209,6 +218,26 @@ static int check_streams(char *err, size_t errlen) {
     return 1;
 }
 
+/* Streams made by stream_create: the live ones counted, on a configured
+ * device; the free list holds exactly the others. */
+static int check_created_streams(char *err, size_t errlen) {
+    size_t live = 0;
+    for (size_t i = 0; i < S.created.n; i++) {
+        const sim_created_stream *cs = &S.created.v[i];
+        if (!cs->gen) return FAIL("created stream slot %zu has generation 0", i);
+        if (!cs->live) continue;
+        if (!xsa_sim_device_ok(cs->device)) return FAIL("created stream slot %zu is on device %d", i, cs->device);
+        live++;
+    }
+    if (live != S.live_streams) return FAIL("%zu live streams counted, table has %zu", S.live_streams, live);
+    if (S.created.n - live != S.free_stream_slots.n) return FAIL("stream free list out of step");
+    for (size_t k = 0; k < S.free_stream_slots.n; k++) {
+        uint32_t slot = S.free_stream_slots.v[k];
+        if (slot >= S.created.n || S.created.v[slot].live) return FAIL("the stream free list names a live slot");
+    }
+    return 1;
+}
+
 static int check_events(char *err, size_t errlen) {
     size_t live = 0;
     for (size_t i = 0; i < S.events.n; i++) {
@@ -250,7 +279,9 @@ int xsa_sim_check(char *err, size_t errlen) {
     ok = ok && check_handles(refs, &maps, used, err, errlen);
     ok = ok && check_allocs_and_devices(&maps, used, err, errlen);
     ok = ok && check_streams(err, errlen);
+    ok = ok && check_created_streams(err, errlen);
     ok = ok && check_events(err, errlen);
+    ok = ok && xsa_sim_host_check(err, errlen);
     ok = ok && check_violations(err, errlen);
     ok = ok && xsa_sim_cap_check(err, errlen);
     pthread_mutex_unlock(&xsa_sim_lock);

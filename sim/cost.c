@@ -15,8 +15,10 @@
  * NOT_READY costs as one answering SUCCESS), an injected fault pays
  * nothing (it has no effect), and only a call that succeeds pays by
  * mapping. Entry points not measured (reservations, cuMemAlloc/cuMemFree,
- * synchronizations, event creation, capture) add nothing. The sum is kept
- * in whole nanoseconds: exact, since every constant is.
+ * synchronizations, event creation, capture, copy streams, pinned host
+ * memory, copies) add nothing: tests/gpu/probes/host_copy_probe.c prints
+ * what the last three cost on a GPU, for when a cost is grounded there. The
+ * sum is kept in whole nanoseconds: exact, since every constant is.
  */
 #include "sim/cost.h"
 

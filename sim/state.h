@@ -6,10 +6,12 @@
  * Design: one global state `S` guarded by xsa_sim_lock, in layers, each
  * file calling only those below it: state.c (the state, a configuration
  * applied to it, lookups); cost.c (what the calls would cost on an H100);
- * timeline.c (the streams, events, clock, kernels and their uses of
- * physical memory); capture.c, in front of the timeline's stream and event
- * calls, with its own state under the same lock (captures, graphs and
- * executable graphs); faults.c (fault injection and the guard of every
+ * host.c (pinned host memory: cuMemHostAlloc allocations and
+ * cuMemHostRegister'd ranges); timeline.c (the streams, events, clock,
+ * kernels and copies and their uses of physical memory); capture.c, in
+ * front of the timeline's stream and event calls and of the copies, with
+ * its own state under the same lock (captures, graphs and executable
+ * graphs); faults.c (fault injection and the guard of every
  * entry point); devices.c, handles.c and mappings.c (the devices, the
  * physical handles, and the address space with cuMemAlloc allocations);
  * check.c (usage counters and the invariant checker, reading them all);
@@ -112,7 +114,8 @@ typedef struct {
     sim_uses uses;
 } sim_alloc;
 
-typedef enum { OP_KERNEL, OP_RECORD, OP_WAIT } sim_op_kind;
+/* A copy (memcpy_*_async) is stream work on device memory like a kernel. */
+typedef enum { OP_KERNEL, OP_RECORD, OP_WAIT, OP_COPY } sim_op_kind;
 
 /* Queued work, completing at `time` (SIM_NEVER: when completed by hand). */
 typedef struct {
@@ -147,6 +150,22 @@ typedef struct {
     sim_node_list cap_deps;
 } sim_event;
 
+/* A stream made by stream_create (timeline.c); its value encodes the slot
+ * and generation (a destroyed one is never confused with a new one). */
+typedef struct {
+    uint32_t gen;
+    bool live;
+    int device;
+} sim_created_stream;
+
+/* Pinned host memory (host.c): [base, base+size) as the caller gave it. */
+typedef struct {
+    uintptr_t base;
+    size_t size;
+} sim_host_range;
+
+typedef ARRAY(sim_host_range) sim_host_ranges; /* sorted by base, disjoint */
+
 typedef struct {
     xsa_driver_entry entry;
     uint64_t at;       /* fails when the entry's call count reaches this */
@@ -164,6 +183,12 @@ typedef struct {
     ARRAY(sim_stream) streams;
     ARRAY(sim_event) events;
     ARRAY(uint32_t) free_event_slots;
+    ARRAY(sim_created_stream) created;  /* stream_create's streams, by slot */
+    ARRAY(uint32_t) free_stream_slots;
+    size_t live_streams;
+    sim_host_ranges host_allocs;        /* mem_host_alloc (page-aligned mmaps) */
+    sim_host_ranges host_regs;          /* mem_host_register */
+    size_t host_alloc_bytes, host_registered_bytes;
     uint64_t next_map_id, next_seq;
     size_t live_handles, handle_bytes, mapped_bytes, reserved_bytes;
     size_t alloc_bytes, live_events;

@@ -2,8 +2,9 @@
  * sim/table: the simulated driver's table of entry points
  * (xsa_driver_sim()), its error strings, and its configuration
  * (xsa_sim_configure, xsalloc/sim.h). The entry points' work is done in the
- * files below: devices.c, handles.c, mappings.c (memory), timeline.c
- * (streams, events, kernels), capture.c (stream capture and graphs);
+ * files below: devices.c, handles.c, mappings.c (memory), host.c (pinned
+ * host memory), timeline.c (streams, events, kernels, copies), capture.c
+ * (stream capture and graphs, and the copies' way in);
  * state.c holds the state they share, faults.c the guard, cost.c the
  * calls' H100 cost, check.c the usage counters and invariant checker.
  *
@@ -18,6 +19,7 @@
 #include "sim/devices.h"
 #include "sim/faults.h"
 #include "sim/handles.h"
+#include "sim/host.h"
 #include "sim/mappings.h"
 #include "sim/state.h"
 #include "sim/timeline.h"
@@ -33,7 +35,8 @@ static bool config_valid(const xsa_sim_config *c) {
 }
 
 static bool anything_live(void) {
-    return S.live_handles || S.resv.n || S.allocs.n || S.live_events || xsa_sim_cap_live();
+    return S.live_handles || S.resv.n || S.allocs.n || S.live_events || S.live_streams || xsa_sim_host_live() ||
+           xsa_sim_cap_live();
 }
 
 xsa_cu_result xsa_sim_configure(const xsa_sim_config *config) {
@@ -67,6 +70,8 @@ static const char *error_string(xsa_cu_result r) {
     case XSA_CU_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND: named symbol not found";
     case XSA_CU_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY: device not ready";
     case XSA_CU_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered";
+    case XSA_CU_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: part or all of the requested memory range is already mapped";
+    case XSA_CU_ERROR_HOST_MEMORY_NOT_REGISTERED: return "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: pointer does not correspond to a registered memory region";
     case XSA_CU_ERROR_NOT_PERMITTED: return "CUDA_ERROR_NOT_PERMITTED: operation not permitted";
     case XSA_CU_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED: operation not supported";
     case XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: operation not permitted when stream is capturing";
@@ -124,26 +129,39 @@ static xsa_cu_result ctx_synchronize(int device) {
     return XSA_CU_SUCCESS;
 }
 static xsa_cu_result sim_ctx_synchronize(int d) { GUARDED(ctx_synchronize, ctx_synchronize(d)); }
-static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, xsa_sim_cap_stream_query(s)); }
-static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, xsa_sim_cap_stream_synchronize(s)); }
+/* A stream that stream_create made and stream_destroy destroyed is refused
+ * by every call that takes a stream (CUDA leaves it undefined). */
+#define ON_STREAM(s, call) (xsa_sim_tl_stream_valid(s) ? (call) : XSA_CU_ERROR_INVALID_HANDLE)
+
+static xsa_cu_result sim_stream_query(xsa_stream s) { GUARDED(stream_query, ON_STREAM(s, xsa_sim_cap_stream_query(s))); }
+static xsa_cu_result sim_stream_synchronize(xsa_stream s) { GUARDED(stream_synchronize, ON_STREAM(s, xsa_sim_cap_stream_synchronize(s))); }
 static xsa_cu_result sim_event_create(xsa_event *e, int d) { GUARDED(event_create, xsa_sim_tl_event_create(e, d)); }
-static xsa_cu_result sim_event_record(xsa_event e, xsa_stream s) { GUARDED(event_record, xsa_sim_cap_event_record(e, s)); }
+static xsa_cu_result sim_event_record(xsa_event e, xsa_stream s) { GUARDED(event_record, ON_STREAM(s, xsa_sim_cap_event_record(e, s))); }
 static xsa_cu_result sim_event_query(xsa_event e) { GUARDED(event_query, xsa_sim_cap_event_query(e)); }
 static xsa_cu_result sim_event_synchronize(xsa_event e) { GUARDED(event_synchronize, xsa_sim_cap_event_synchronize(e)); }
 static xsa_cu_result sim_event_destroy(xsa_event e) { GUARDED(event_destroy, xsa_sim_cap_event_destroy(e)); }
-static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, xsa_sim_cap_stream_wait_event(s, e)); }
+static xsa_cu_result sim_stream_wait_event(xsa_stream s, xsa_event e) { GUARDED(stream_wait_event, ON_STREAM(s, xsa_sim_cap_stream_wait_event(s, e))); }
 static xsa_cu_result sim_mem_import_fd(xsa_mem_handle *h, int fd, int d) { GUARDED(mem_import_fd, xsa_sim_handle_import(h, fd, d)); }
-static xsa_cu_result sim_stream_begin_capture(xsa_stream s) { GUARDED(stream_begin_capture, xsa_sim_cap_begin(s)); }
-static xsa_cu_result sim_stream_end_capture(xsa_stream s, xsa_graph *g) { GUARDED(stream_end_capture, xsa_sim_cap_end(s, g)); }
-static xsa_cu_result sim_stream_get_capture_info(xsa_stream s, int *st, uint64_t *id, const xsa_graph_node **d, size_t *n) { GUARDED(stream_get_capture_info, xsa_sim_cap_info(s, st, id, d, n)); }
+static xsa_cu_result sim_stream_begin_capture(xsa_stream s) { GUARDED(stream_begin_capture, ON_STREAM(s, xsa_sim_cap_begin(s))); }
+static xsa_cu_result sim_stream_end_capture(xsa_stream s, xsa_graph *g) { GUARDED(stream_end_capture, ON_STREAM(s, xsa_sim_cap_end(s, g))); }
+static xsa_cu_result sim_stream_get_capture_info(xsa_stream s, int *st, uint64_t *id, const xsa_graph_node **d, size_t *n) { GUARDED(stream_get_capture_info, ON_STREAM(s, xsa_sim_cap_info(s, st, id, d, n))); }
 static xsa_cu_result sim_graph_node_get_dependencies(xsa_graph_node nd, xsa_graph_node *d, size_t *n) { GUARDED(graph_node_get_dependencies, xsa_sim_cap_node_deps(nd, d, n)); }
 static xsa_cu_result sim_graph_instantiate(xsa_graph_exec *e, xsa_graph g) { GUARDED(graph_instantiate, xsa_sim_cap_instantiate(e, g)); }
-static xsa_cu_result sim_graph_launch(xsa_graph_exec e, xsa_stream s) { GUARDED(graph_launch, xsa_sim_cap_graph_launch(e, s)); }
+static xsa_cu_result sim_graph_launch(xsa_graph_exec e, xsa_stream s) { GUARDED(graph_launch, ON_STREAM(s, xsa_sim_cap_graph_launch(e, s))); }
 static xsa_cu_result sim_graph_exec_destroy(xsa_graph_exec e) { GUARDED(graph_exec_destroy, xsa_sim_cap_exec_destroy(e)); }
 static xsa_cu_result sim_graph_destroy(xsa_graph g) { GUARDED(graph_destroy, xsa_sim_cap_graph_destroy(g)); }
 static xsa_cu_result sim_thread_exchange_capture_mode(int *m) { GUARDED(thread_exchange_capture_mode, xsa_sim_cap_exchange_mode(m)); }
 /* The real system call: exported handles are memfds another process can take. */
 static xsa_cu_result sim_process_get_fds(int pid, const int *f, int n, int *o) { GUARDED(process_get_fds, xsa_driver_process_get_fds(pid, f, n, o)); }
+static xsa_cu_result sim_stream_create(xsa_stream *s, int d) { GUARDED(stream_create, xsa_sim_tl_stream_create(s, d)); }
+static xsa_cu_result sim_stream_destroy(xsa_stream s) { GUARDED(stream_destroy, xsa_sim_cap_stream_destroy(s)); }
+static xsa_cu_result sim_mem_host_alloc(void **h, size_t s) { GUARDED(mem_host_alloc, xsa_sim_host_alloc(h, s)); }
+static xsa_cu_result sim_mem_free_host(void *h) { GUARDED(mem_free_host, xsa_sim_host_free(h)); }
+static xsa_cu_result sim_mem_host_register(void *h, size_t s) { GUARDED(mem_host_register, xsa_sim_host_register(h, s)); }
+static xsa_cu_result sim_mem_host_unregister(void *h) { GUARDED(mem_host_unregister, xsa_sim_host_unregister(h)); }
+static xsa_cu_result sim_memcpy_dtoh_async(void *dst, xsa_devptr src, size_t n, xsa_stream s) { GUARDED(memcpy_dtoh_async, ON_STREAM(s, xsa_sim_cap_copy(true, dst, src, n, s))); }
+/* The source is only read: the one copy routine takes a non-const host pointer for both directions. */
+static xsa_cu_result sim_memcpy_htod_async(xsa_devptr dst, const void *src, size_t n, xsa_stream s) { GUARDED(memcpy_htod_async, ON_STREAM(s, xsa_sim_cap_copy(false, (void *)(uintptr_t)src, dst, n, s))); }
 
 static xsa_driver sim_table = {
     .name = "sim",
@@ -187,6 +205,14 @@ static xsa_driver sim_table = {
     .thread_exchange_capture_mode = sim_thread_exchange_capture_mode,
     .process_get_fds = sim_process_get_fds,
     .ctx_synchronize = sim_ctx_synchronize,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .mem_host_alloc = sim_mem_host_alloc,
+    .mem_free_host = sim_mem_free_host,
+    .mem_host_register = sim_mem_host_register,
+    .mem_host_unregister = sim_mem_host_unregister,
+    .memcpy_dtoh_async = sim_memcpy_dtoh_async,
+    .memcpy_htod_async = sim_memcpy_htod_async,
     .error_string = error_string,
 };
 

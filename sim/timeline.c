@@ -1,7 +1,7 @@
 /*
- * sim/timeline: the simulated GPU's timeline: streams, events, the
- * CPU's clock, kernels, their uses of memory and the violations (the rules
- * are in xsalloc/sim.h).
+ * sim/timeline: the simulated GPU's timeline: streams (those made by
+ * stream_create too), events, the CPU's clock, kernels and copies, their
+ * uses of memory and the violations (the rules are in xsalloc/sim.h).
  *
  * Design: every piece of work queued on a stream (kernel, event record,
  * stream wait) gets a global sequence number and a completion time, fixed
@@ -18,7 +18,16 @@
  * physical memory they touch (state.h): a launch checks the other
  * streams' pending uses of the same bytes (a race unless ordered), an unmap
  * or cuMemFree checks the pending uses that went through that mapping.
- * Completed uses are dropped whenever a list is walked.
+ * Completed uses are dropped whenever a list is walked. A copy is a kernel
+ * whose op says OP_COPY (for the sentences and the usage counters), plus
+ * a memmove when it is queued.
+ *
+ * Streams made by stream_create live in a slot table like events, their
+ * value tagged so that it is never a canonical address: tests' made-up
+ * streams (small numbers) and traces' (real addresses) stay what they
+ * were, and a destroyed stream's value is known as one. Its record in the
+ * queues stays (its work completes as it would; indices in vector clocks
+ * stay valid) until the next configuration, as every stream's does.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -112,6 +121,57 @@ static bool clock_fit(sim_clock *c) {
     if (!ARRAY_RESERVE(*c, S.streams.n)) return false;
     while (c->n < S.streams.n) c->v[c->n++] = 0;
     return true;
+}
+
+/* ---- streams made by stream_create ---------------------------------------------- */
+
+#define STREAM_TAG 0x5354u /* "ST", the value's top 16 bits */
+#define STREAM_SLOT_BITS 24
+
+static xsa_stream created_value(uint32_t slot) {
+    uint64_t gen = S.created.v[slot].gen & ((1u << STREAM_SLOT_BITS) - 1);
+    return (xsa_stream)(uintptr_t)((uint64_t)STREAM_TAG << 48 | gen << STREAM_SLOT_BITS | (slot + 1));
+}
+
+static bool tagged(xsa_stream s) { return (uint64_t)(uintptr_t)s >> 48 == STREAM_TAG; }
+
+static sim_created_stream *created_lookup(xsa_stream s) {
+    if (!tagged(s)) return NULL;
+    uint64_t v = (uint64_t)(uintptr_t)s, low = v & ((1u << STREAM_SLOT_BITS) - 1);
+    if (!low || low - 1 >= S.created.n) return NULL;
+    sim_created_stream *cs = &S.created.v[low - 1];
+    return cs->live && created_value((uint32_t)(low - 1)) == s ? cs : NULL;
+}
+
+bool xsa_sim_tl_stream_valid(xsa_stream s) { return !tagged(s) || created_lookup(s); }
+
+xsa_cu_result xsa_sim_tl_stream_create(xsa_stream *stream, int device) {
+    if (!stream) return XSA_CU_ERROR_INVALID_VALUE;
+    if (!xsa_sim_device_ok(device)) return XSA_CU_ERROR_INVALID_DEVICE;
+    uint32_t slot;
+    if (S.free_stream_slots.n) {
+        slot = S.free_stream_slots.v[--S.free_stream_slots.n];
+    } else {
+        if (S.created.n + 1 >= (1u << STREAM_SLOT_BITS) || !ARRAY_RESERVE(S.created, S.created.n + 1) ||
+            !ARRAY_RESERVE(S.free_stream_slots, S.created.n + 1))
+            return XSA_CU_ERROR_OUT_OF_MEMORY;
+        slot = (uint32_t)S.created.n++;
+        S.created.v[slot].gen = 1;
+    }
+    sim_created_stream *cs = &S.created.v[slot];
+    *cs = (sim_created_stream){.gen = cs->gen, .live = true, .device = device};
+    S.live_streams++;
+    *stream = created_value(slot);
+    return XSA_CU_SUCCESS;
+}
+
+xsa_cu_result xsa_sim_tl_stream_destroy(xsa_stream stream) {
+    sim_created_stream *cs = created_lookup(stream);
+    if (!cs) return XSA_CU_ERROR_INVALID_HANDLE;
+    *cs = (sim_created_stream){.gen = cs->gen + 1};
+    S.free_stream_slots.v[S.free_stream_slots.n++] = (uint32_t)(cs - S.created.v); /* room reserved at creation */
+    S.live_streams--;
+    return XSA_CU_SUCCESS;
 }
 
 /* ---- events ---------------------------------------------------------------- */
@@ -265,6 +325,14 @@ static const char *stream_name(size_t i, char *buf, size_t len) {
     return buf;
 }
 
+static const char *op_name(sim_op_kind kind) { return kind == OP_COPY ? "a copy" : "a kernel"; }
+
+/* What a pending use's work is ("a kernel", "a copy"). */
+static const char *use_name(const sim_use *u) {
+    const sim_op *op = xsa_sim_tl_find_op(&S.streams.v[u->stream], u->seq);
+    return op_name(op ? op->kind : OP_KERNEL);
+}
+
 /* Drops the uses of `list` that went through mapping `map_id` (mapped at
  * `va`), counting one violation for `call` if any is pending. */
 static void drop_mapping_uses(sim_uses *list, uint64_t map_id, uintptr_t va, const char *call, bool *reported) {
@@ -277,9 +345,9 @@ static void drop_mapping_uses(sim_uses *list, uint64_t map_id, uintptr_t va, con
         if (!*reported && xsa_sim_tl_use_pending(&u)) {
             char name[48];
             xsa_sim_tl_violation(&S.violations.unmapped_in_use,
-                      "%s while a kernel queued at tick %llu on %s still uses %#llx (%zu bytes) through it: "
+                      "%s while %s queued at tick %llu on %s still uses %#llx (%zu bytes) through it: "
                       "the illegal address an H100 gives",
-                      call, (unsigned long long)u.queued, stream_name(u.stream, name, sizeof name),
+                      call, use_name(&u), (unsigned long long)u.queued, stream_name(u.stream, name, sizeof name),
                       (unsigned long long)(va + u.off), u.len);
             *reported = true;
         }
@@ -350,9 +418,9 @@ static uintptr_t first_inaccessible(const sim_reservation *r, uintptr_t va, uint
 }
 
 /* Drops the completed uses of the piece's memory; counts a race (once a
- * launch) with a pending use of another stream that stream si is not
- * ordered after, on overlapping bytes. */
-static void check_races(const sim_piece *pc, size_t si, uint64_t queued, bool *raced) {
+ * launch) of the new work of `kind` with a pending use of another stream
+ * that stream si is not ordered after, on overlapping bytes. */
+static void check_races(const sim_piece *pc, size_t si, sim_op_kind kind, uint64_t queued, bool *raced) {
     sim_uses *list = pc->uses;
     for (size_t k = 0; k < list->n;) {
         const sim_use *u = &list->v[k];
@@ -365,11 +433,11 @@ static void check_races(const sim_piece *pc, size_t si, uint64_t queued, bool *r
         if (!*raced && u->stream != si && lo < hi && clock_at(&S.streams.v[si].clock, u->stream) < u->seq) {
             char a[48], b[48];
             xsa_sim_tl_violation(&S.violations.races,
-                      "race: a kernel queued at tick %llu on %s uses %#llx (%zu bytes) while a kernel queued at "
+                      "race: %s queued at tick %llu on %s uses %#llx (%zu bytes) while %s queued at "
                       "tick %llu on %s, which it is not ordered after, still uses the same memory",
-                      (unsigned long long)queued, stream_name(si, a, sizeof a),
-                      (unsigned long long)(pc->va + (lo - pc->off)), hi - lo, (unsigned long long)u->queued,
-                      stream_name(u->stream, b, sizeof b));
+                      op_name(kind), (unsigned long long)queued, stream_name(si, a, sizeof a),
+                      (unsigned long long)(pc->va + (lo - pc->off)), hi - lo, use_name(u),
+                      (unsigned long long)u->queued, stream_name(u->stream, b, sizeof b));
             *raced = true;
         }
         k++;
@@ -392,7 +460,8 @@ static size_t pieces(sim_reservation *r, sim_alloc *a, uintptr_t ptr, uintptr_t 
     return n;
 }
 
-xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what) {
+/* A kernel or a copy over [ptr, ptr+size) on `stream`. */
+static xsa_cu_result queue_work(xsa_stream stream, xsa_devptr ptr, size_t size, sim_op_kind kind, const char *what) {
     uintptr_t p = (uintptr_t)ptr, end = p + size;
     if (size == 0 || end < p) return XSA_CU_ERROR_INVALID_VALUE;
     size_t si;
@@ -419,14 +488,29 @@ xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, 
         free(pcs);
         return XSA_CU_ERROR_OUT_OF_MEMORY;
     }
-    uint64_t seq = queue_op(si, OP_KERNEL, timeline() ? later((uint64_t)S.lag) : SIM_NEVER);
+    uint64_t seq = queue_op(si, kind, timeline() ? later((uint64_t)S.lag) : SIM_NEVER);
     bool raced = false;
     for (size_t k = 0; k < n; k++) {
-        check_races(&pcs[k], si, S.now, &raced);
+        check_races(&pcs[k], si, kind, S.now, &raced);
         if (seq > st->done) /* a completed kernel needs no record */
             pcs[k].uses->v[pcs[k].uses->n++] = (sim_use){pcs[k].map_id, pcs[k].off, pcs[k].len, (uint32_t)si, seq, S.now};
     }
     free(pcs);
+    return XSA_CU_SUCCESS;
+}
+
+xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what) {
+    return queue_work(stream, ptr, size, OP_KERNEL, what);
+}
+
+/* The device memory is host memory at the device address, read/write
+ * wherever access is granted: once queued, the bytes can move. */
+xsa_cu_result xsa_sim_tl_copy(bool to_host, void *host, xsa_devptr dev, size_t n, xsa_stream stream,
+                              const char *what) {
+    xsa_cu_result r = queue_work(stream, dev, n, OP_COPY, what);
+    if (r != XSA_CU_SUCCESS) return r;
+    if (to_host) memmove(host, (const void *)(uintptr_t)dev, n);
+    else memmove((void *)(uintptr_t)dev, host, n);
     return XSA_CU_SUCCESS;
 }
 

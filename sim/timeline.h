@@ -12,6 +12,11 @@
 #include "sim/state.h"
 
 /* The stream and event entry points (through capture.c) ... */
+xsa_cu_result xsa_sim_tl_stream_create(xsa_stream *stream, int device);
+xsa_cu_result xsa_sim_tl_stream_destroy(xsa_stream stream);
+/* False for a stream stream_create made and stream_destroy destroyed (any
+ * other value is a stream). */
+bool xsa_sim_tl_stream_valid(xsa_stream stream);
 xsa_cu_result xsa_sim_tl_stream_query(xsa_stream stream);
 xsa_cu_result xsa_sim_tl_stream_synchronize(xsa_stream stream);
 /* The CPU waits for every stream's last work. */
@@ -31,6 +36,10 @@ void xsa_sim_tl_freeing_alloc(sim_alloc *a);
  * violations (the first one's sentence is kept) ... */
 /* `what` names the work in a bad launch's sentence ("a kernel launched"). */
 xsa_cu_result xsa_sim_tl_launch(xsa_stream stream, xsa_devptr ptr, size_t size, const char *what);
+/* A copy: the kernel's checks and queueing over [dev, dev+n), then the
+ * bytes move (to_host: from dev to host, else from host to dev). */
+xsa_cu_result xsa_sim_tl_copy(bool to_host, void *host, xsa_devptr dev, size_t n, xsa_stream stream,
+                              const char *what);
 sim_event *xsa_sim_tl_event_lookup(xsa_event event);
 __attribute__((format(printf, 2, 3))) void xsa_sim_tl_violation(uint64_t *count, const char *fmt, ...);
 /* ... and what the checker and the usage counters read. */

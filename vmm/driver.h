@@ -43,6 +43,8 @@ enum {
     XSA_CU_ERROR_NOT_FOUND = 500,
     XSA_CU_ERROR_NOT_READY = 600,
     XSA_CU_ERROR_ILLEGAL_ADDRESS = 700,
+    XSA_CU_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+    XSA_CU_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     XSA_CU_ERROR_NOT_PERMITTED = 800,
     XSA_CU_ERROR_NOT_SUPPORTED = 801,
     XSA_CU_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
@@ -98,7 +100,9 @@ enum {
     X(stream_end_capture) X(stream_get_capture_info)                          \
     X(graph_node_get_dependencies) X(graph_instantiate) X(graph_launch)       \
     X(graph_exec_destroy) X(graph_destroy) X(thread_exchange_capture_mode)   \
-    X(process_get_fds) X(ctx_synchronize)
+    X(process_get_fds) X(ctx_synchronize) X(stream_create) X(stream_destroy) \
+    X(mem_host_alloc) X(mem_free_host) X(mem_host_register)                   \
+    X(mem_host_unregister) X(memcpy_dtoh_async) X(memcpy_htod_async)
 
 typedef enum {
 #define XSA_DRV_ENUM(name) XSA_DRV_##name,
@@ -201,6 +205,37 @@ typedef struct xsa_driver {
      * the device's work, on every stream (a graph's replays run on streams
      * the allocator never sees). Refused during a global-mode capture. */
     xsa_cu_result (*ctx_synchronize)(int device);
+    /*
+     * Copies between device and host memory (the backup of paused memory).
+     * stream_create: cuStreamCreate with CU_STREAM_NON_BLOCKING on the
+     * device's primary context (a copy stream: no implicit synchronization
+     * with the legacy stream). stream_destroy: cuStreamDestroy; work still
+     * queued on the stream completes, its resources are freed after.
+     */
+    xsa_cu_result (*stream_create)(xsa_stream *stream, int device);
+    xsa_cu_result (*stream_destroy)(xsa_stream stream);
+    /* cuMemHostAlloc with CU_MEMHOSTALLOC_PORTABLE: pinned host memory,
+     * pinned for every context; mem_free_host (cuMemFreeHost) frees it
+     * (CUDA_ERROR_INVALID_VALUE for a pointer it did not return). These
+     * and the two below name no device: they use the calling thread's
+     * context, or, where it has none, the primary context of the first
+     * device the library has used (device 0 before any). */
+    xsa_cu_result (*mem_host_alloc)(void **host, size_t size);
+    xsa_cu_result (*mem_free_host)(void *host);
+    /* cuMemHostRegister with CU_MEMHOSTREGISTER_PORTABLE: pins existing
+     * host memory (mmap'd, page-aligned ranges) for every context.
+     * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED if any of it is pinned
+     * already. mem_host_unregister (cuMemHostUnregister) takes the base
+     * registered; any other pointer is CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED. */
+    xsa_cu_result (*mem_host_register)(void *host, size_t size);
+    xsa_cu_result (*mem_host_unregister)(void *host);
+    /* cuMemcpyDtoHAsync / cuMemcpyHtoDAsync of n bytes on `stream`
+     * (asynchronous with pinned host memory: the host bytes must stay
+     * until the stream has done the copy). A copy may go to a stream of
+     * another context than the current one; a thread without a context
+     * gets the stream's. */
+    xsa_cu_result (*memcpy_dtoh_async)(void *dst, xsa_devptr src, size_t n, xsa_stream stream);
+    xsa_cu_result (*memcpy_htod_async)(xsa_devptr dst, const void *src, size_t n, xsa_stream stream);
     /* Never fails: unknown codes give a generic text. */
     const char *(*error_string)(xsa_cu_result result);
 

@@ -10,9 +10,12 @@
  * each function pointer has the type of cuda.h's own prototype. Setup runs
  * once (pthread_once) and its outcome, table or sentence, is kept for every
  * later call; the stream-capture entry points alone are optional (graphs
- * need CUDA 12.3, the rest of the library does not). Entry points that name a device make that device's primary
- * context current first; each primary context is retained once, on first
- * use, and kept for the life of the process. Under xsa_cuda_ctx_watch the
+ * need CUDA 12.3, the rest of the library does not). Entry points that
+ * name a device make that device's primary context current first; each
+ * primary context is retained once, on first use, and kept for the life of
+ * the process. Those that name none (pinned host memory, copies, stream
+ * destroy) keep the thread's context and give a thread without one the
+ * stream's, or that of a device already used (driver.h says which). Under xsa_cuda_ctx_watch the
  * context this replaces is remembered first, for xsa_cuda_ctx_restore.
  */
 #include "vmm/driver_cuda.h"
@@ -34,7 +37,9 @@ _Static_assert((int)CU_STREAM_CAPTURE_STATUS_ACTIVE == XSA_CAPTURE_ACTIVE &&
 
 /* Entry points with the CUDA version of the variant called. Names that
  * cuda.h maps to _v2 (cuMemGetInfo, cuMemAlloc, ...) are asked for by their
- * plain name at the version the _v2 ABI appeared in. */
+ * plain name at the version the _v2 ABI appeared in (cuStreamDestroy_v2 in
+ * 4.0, cuMemHostRegister_v2 in 6.5); the per-thread-stream variants of the
+ * copies are never asked for (CU_GET_PROC_ADDRESS_LEGACY_STREAM). */
 #define CUDA_ENTRIES(X)                                                        \
     X(cuInit, 2000)                                                            \
     X(cuDeviceGet, 2000)                                                       \
@@ -70,7 +75,16 @@ _Static_assert((int)CU_STREAM_CAPTURE_STATUS_ACTIVE == XSA_CAPTURE_ACTIVE &&
     X(cuEventSynchronize, 2000)                                                \
     X(cuEventDestroy, 4000)                                                    \
     X(cuStreamWaitEvent, 3020)                                                 \
-    X(cuMemImportFromShareableHandle, 10020)
+    X(cuMemImportFromShareableHandle, 10020)                                   \
+    X(cuStreamCreate, 2000)                                                    \
+    X(cuStreamDestroy, 4000)                                                   \
+    X(cuStreamGetCtx, 9020)                                                    \
+    X(cuMemHostAlloc, 2020)                                                    \
+    X(cuMemFreeHost, 2000)                                                     \
+    X(cuMemHostRegister, 6050)                                                 \
+    X(cuMemHostUnregister, 4000)                                               \
+    X(cuMemcpyDtoHAsync, 3020)                                                 \
+    X(cuMemcpyHtoDAsync, 3020)
 
 /* Stream capture: optional, so that a driver older than CUDA 12.3 (the
  * first with the edge-data variants cuda.h declares) still runs everything
@@ -234,6 +248,13 @@ void xsa_cuda_ctx_restore(void) {
     if (saved) put_back(ctx);
 }
 
+/* Makes ctx current, remembering the caller's first under a watch. */
+static CUresult make_current(CUcontext ctx) {
+    if (caller_ctx.watching && !caller_ctx.saved)
+        caller_ctx.saved = cu.cuCtxGetCurrent(&caller_ctx.ctx) == CUDA_SUCCESS;
+    return cu.cuCtxSetCurrent(ctx);
+}
+
 /* Makes the device's primary context current, retaining it on first use. */
 static CUresult use_primary(int ordinal) {
     if (ordinal < 0 || ordinal >= device_count) return CUDA_ERROR_INVALID_DEVICE;
@@ -251,9 +272,32 @@ static CUresult use_primary(int ordinal) {
         }
         pthread_mutex_unlock(&primary_lock);
     }
-    if (caller_ctx.watching && !caller_ctx.saved)
-        caller_ctx.saved = cu.cuCtxGetCurrent(&caller_ctx.ctx) == CUDA_SUCCESS;
-    return cu.cuCtxSetCurrent(ctx);
+    return make_current(ctx);
+}
+
+static bool has_context(void) {
+    CUcontext cur = NULL;
+    return cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur;
+}
+
+/* A thread without a context gets one for a call that names no device:
+ * the primary context of the first device already used (pinned host
+ * memory is portable, so any of them serves), else device 0's. A thread
+ * that has a context keeps it. */
+static CUresult any_context(void) {
+    if (has_context()) return CUDA_SUCCESS;
+    for (int i = 0; i < device_count; i++)
+        if (atomic_load_explicit(&primary[i], memory_order_acquire)) return use_primary(i);
+    return use_primary(0);
+}
+
+/* A thread without a context gets the stream's (a copy or a destroy from
+ * a helper thread); the legacy stream is the current context's. */
+static CUresult stream_context(xsa_stream stream) {
+    CUcontext ctx = NULL;
+    if (!stream || has_context()) return CUDA_SUCCESS;
+    CUresult r = cu.cuStreamGetCtx((CUstream)stream, &ctx);
+    return r ? r : make_current(ctx);
 }
 
 static CUmemAllocationProp pinned_prop(int ordinal, int exportable) {
@@ -432,6 +476,56 @@ static xsa_cu_result cuda_mem_import_fd(xsa_mem_handle *handle, int fd, int devi
     return r;
 }
 
+/* ---- copy streams, pinned host memory, copies ----------------------------- */
+
+static xsa_cu_result cuda_stream_create(xsa_stream *stream, int device) {
+    CUstream s = NULL;
+    if (!stream) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = use_primary(device);
+    if (!r) r = cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    if (!r) *stream = s;
+    return r;
+}
+
+static xsa_cu_result cuda_stream_destroy(xsa_stream stream) {
+    CUresult r = stream_context(stream);
+    return r ? r : cu.cuStreamDestroy((CUstream)stream);
+}
+
+static xsa_cu_result cuda_mem_host_alloc(void **host, size_t size) {
+    void *p = NULL;
+    if (!host) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = any_context();
+    if (!r) r = cu.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE);
+    if (!r) *host = p;
+    return r;
+}
+
+static xsa_cu_result cuda_mem_free_host(void *host) {
+    CUresult r = any_context();
+    return r ? r : cu.cuMemFreeHost(host);
+}
+
+static xsa_cu_result cuda_mem_host_register(void *host, size_t size) {
+    CUresult r = any_context();
+    return r ? r : cu.cuMemHostRegister(host, size, CU_MEMHOSTREGISTER_PORTABLE);
+}
+
+static xsa_cu_result cuda_mem_host_unregister(void *host) {
+    CUresult r = any_context();
+    return r ? r : cu.cuMemHostUnregister(host);
+}
+
+static xsa_cu_result cuda_memcpy_dtoh_async(void *dst, xsa_devptr src, size_t n, xsa_stream stream) {
+    CUresult r = stream_context(stream);
+    return r ? r : cu.cuMemcpyDtoHAsync(dst, src, n, (CUstream)stream);
+}
+
+static xsa_cu_result cuda_memcpy_htod_async(xsa_devptr dst, const void *src, size_t n, xsa_stream stream) {
+    CUresult r = stream_context(stream);
+    return r ? r : cu.cuMemcpyHtoDAsync(dst, src, n, (CUstream)stream);
+}
+
 /* ---- stream capture ----------------------------------------------------- */
 
 static xsa_cu_result cuda_stream_begin_capture(xsa_stream stream) {
@@ -576,5 +670,13 @@ static xsa_driver cuda_table = {
     .thread_exchange_capture_mode = cuda_thread_exchange_capture_mode,
     .process_get_fds = xsa_driver_process_get_fds,
     .ctx_synchronize = cuda_ctx_synchronize,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .mem_host_alloc = cuda_mem_host_alloc,
+    .mem_free_host = cuda_mem_free_host,
+    .mem_host_register = cuda_mem_host_register,
+    .mem_host_unregister = cuda_mem_host_unregister,
+    .memcpy_dtoh_async = cuda_memcpy_dtoh_async,
+    .memcpy_htod_async = cuda_memcpy_htod_async,
     .error_string = cuda_error_string,
 };

@@ -11,13 +11,14 @@
  * cases are reproduced (see sim/mappings.c and sim/handles.c).
  *
  * The GPU's timeline (sim/timeline.c). Work queued on a stream (a kernel
- * from xsa_sim_launch, an event record, a cuStreamWaitEvent) completes in
+ * from xsa_sim_launch, a copy, an event record, a cuStreamWaitEvent)
+ * completes in
  * one of two modes:
  *   - manual (gpu lag < 0, the default): only when the test says so
  *     (xsa_sim_complete_*, or a stream/event synchronize);
  *   - timeline (gpu lag >= 0): the CPU has a clock, `now`, in ticks, that
- *     the test advances with xsa_sim_tick. A kernel queued at `now` on a
- *     stream completes at max(now + lag, completion of the stream's earlier
+ *     the test advances with xsa_sim_tick. A kernel (or a copy) queued at `now`
+ *     on a stream completes at max(now + lag, completion of the stream's earlier
  *     work, completion of the events the stream waits on); an event record
  *     at max(now, completion of the stream's earlier work): it adds no lag.
  *     Queries report completion as of `now`; cuStreamSynchronize and
@@ -26,7 +27,8 @@
  *     everything completes as it is queued.
  * xsa_sim_complete_* force completion in both modes (the clock stays).
  *
- * Kernels and violations. A kernel reads and writes a device range; its
+ * Kernels and violations. A kernel (a copy too, below) reads and writes a
+ * device range; its
  * use is recorded on the physical memory behind it (the handle, or the
  * cuMemAlloc allocation: one handle may be mapped at two addresses), with
  * the mapping it went through, its stream and its sequence number, until
@@ -93,6 +95,42 @@
  *     Launched on a capturing stream, its nodes join that capture.
  *   Streams behave as non-blocking ones (PyTorch creates its streams so):
  *   the legacy stream's implicit synchronization with them is not modelled.
+ *
+ * Streams, pinned host memory and copies (sim/timeline.c, sim/host.c,
+ * sim/capture.c):
+ *   - any pointer value is a stream (tests make them up). stream_create
+ *     gives a value no made-up stream has (not a canonical address);
+ *     stream_destroy frees it while its queued work stays on the timeline
+ *     and completes as it would (CUDA frees the stream's resources after
+ *     its work is done). Using it after that is CUDA_ERROR_INVALID_HANDLE
+ *     (undefined in CUDA, strict here), and so is destroying the legacy
+ *     stream or a made-up one. Destroying a stream that is in a capture is
+ *     refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidates it.
+ *   - mem_host_alloc gives real, page-aligned host memory (unmapped at
+ *     mem_free_host, so a use after free faults; size 0 is
+ *     CUDA_ERROR_INVALID_VALUE); mem_free_host of any other pointer is
+ *     CUDA_ERROR_INVALID_VALUE.
+ *     mem_host_register records a range, pinning nothing:
+ *     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED if it overlaps a
+ *     registered or allocated byte, CUDA_ERROR_INVALID_VALUE for memory
+ *     not mapped; mem_host_unregister of anything but a registered base is
+ *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED.
+ *   - a copy (memcpy_dtoh_async, memcpy_htod_async) is stream work like a
+ *     kernel over its device range: a bad launch (CUDA_ERROR_ILLEGAL_ADDRESS,
+ *     counted, nothing queued) if any byte of it is not mapped with access
+ *     granted; else queued on the stream's timeline with its use of the
+ *     physical memory recorded until it completes, so an unmap under it
+ *     counts as unmapped_in_use and an overlapping kernel or copy on an
+ *     unordered stream as a race. Its bytes move when it is queued (the
+ *     device memory is host memory at the device address); the host side
+ *     is not tracked (freeing host memory under a pending copy is not
+ *     counted). 0 bytes: success, nothing queued; a NULL host pointer:
+ *     CUDA_ERROR_INVALID_VALUE. On a capturing stream a copy with pinned
+ *     host memory (all of it in one allocation or registration) becomes a
+ *     graph node like a kernel and moves nothing; with pageable memory it
+ *     is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidates
+ *     the capture. A replay copies again; a copy node whose host memory is
+ *     no longer pinned by then is a bad launch.
  */
 #ifndef XSALLOC_SIM_H
 #define XSALLOC_SIM_H
@@ -126,7 +164,8 @@ XSA_API void xsa_sim_default_config(xsa_sim_config *config);
 
 /*
  * Applies a configuration. Only legal while the simulated driver holds no
- * handle, mapping, reservation, allocation or event (returns
+ * handle, mapping, reservation, allocation, event, created stream, pinned
+ * host allocation or registration, graph or executable graph (returns
  * XSA_CU_ERROR_NOT_PERMITTED otherwise). Resets call counters, faults, the
  * streams, the clock (to 0), the gpu lag and the violations.
  */
@@ -194,6 +233,12 @@ typedef struct xsa_sim_usage {
     size_t captures;            /* under way (invalidated ones too) */
     size_t graphs;              /* being captured, or ended and not destroyed */
     size_t graph_execs;         /* instantiated and not destroyed */
+    size_t streams;             /* made by stream_create and not destroyed */
+    size_t pending_copies;      /* memcpy_*_async queued and not completed */
+    size_t host_allocs;         /* mem_host_alloc allocations not freed */
+    size_t host_alloc_bytes;    /* their sizes, as asked */
+    size_t host_registrations;  /* mem_host_register ranges not unregistered */
+    size_t host_registered_bytes;
 } xsa_sim_usage;
 
 XSA_API void xsa_sim_get_usage(xsa_sim_usage *usage);
@@ -228,8 +273,10 @@ XSA_API unsigned xsa_sim_page_access(xsa_devptr ptr);
 
 /* Invariant checker: handle table, mappings and counters agree; stream
  * queues are ordered by sequence and time and due work has completed;
- * vector clocks name only queued work; kernels' uses name live mappings of
- * live (or released but mapped) handles and allocations; every capturing
+ * vector clocks name only queued work; kernels' and copies' uses name live
+ * mappings of live (or released but mapped) handles and allocations;
+ * created streams and their counters agree; pinned host allocations and
+ * registrations are sorted, disjoint and counted; every capturing
  * stream is in a capture under way whose graph it names, terminals and
  * node dependencies name earlier nodes of their graph, captured events
  * have no timeline record. Returns 1 if

@@ -54,6 +54,7 @@ class DeviceStats(ctypes.Structure):
         + [(name, ctypes.c_int64) for name in _COUNTERS]
         + [("oversize_allocations", _Stat), ("oversize_segments", _Stat), ("max_split_size", ctypes.c_int64)]
         + [(name, ctypes.c_int64) for name in _EXTRA]
+        + [("paused_bytes", _Stat)]
     )
 
     def as_nested_dict(self):
@@ -67,6 +68,7 @@ class DeviceStats(ctypes.Structure):
             out[name] = {pool: stat(getattr(self, name)[i]) for i, pool in enumerate(_POOLS)}
         out["oversize_allocations"] = stat(self.oversize_allocations)
         out["oversize_segments"] = stat(self.oversize_segments)
+        out["paused_bytes"] = stat(self.paused_bytes)
         return out
 
 
