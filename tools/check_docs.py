@@ -9,7 +9,8 @@ with one line per breach.
 2. Every XSA_API function (include/xsalloc/*.h) and every public Python
    name (a module-level def or class without a leading underscore, or a
    name in __all__, of the public modules python/xsalloc/__init__.py,
-   torch.py, cupy.py and run.py) is named somewhere in README.md or
+   torch.py, cupy.py, run.py, elastic.py and memory_saver.py) is named
+   somewhere in README.md or
    docs/*.md, or listed in INTERNAL below with the reason it is not.
 3. Every path of the tree the documentation names exists: relative
    markdown links, and words in backticks that begin with a top-level
@@ -45,7 +46,7 @@ INTERNAL = {
     "main": "xsalloc.run's entry point: python -m xsalloc.run",
 }
 
-PUBLIC_MODULES = ("__init__.py", "torch.py", "cupy.py", "run.py")
+PUBLIC_MODULES = ("__init__.py", "torch.py", "cupy.py", "run.py", "elastic.py", "memory_saver.py")
 XSA_API = re.compile(r"XSA_API\s+[^;(]*?\b(xsa_\w+)\s*\(")
 CONFIG_KEY = re.compile(r'^\s*\{"([a-z0-9_]+)",\s*K_[A-Z0-9_]+', re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
