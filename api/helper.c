@@ -92,12 +92,11 @@ static xsa_cu_result use_device(int d, bool thread) {
     return r;
 }
 
-/* Takes device d's lock to plan; on the thread, gives up when asked to stop. */
+/* Takes device d's lock to plan; on the thread, gives up when asked to
+ * stop. False too when the caller (manual mode) is inside a callback that
+ * holds it already. */
 static bool lock_to_plan(xsa_device_slot *s, bool thread) {
-    if (!thread) {
-        xsa_device_lock_acquire(&s->lock);
-        return true;
-    }
+    if (!thread) return xsa_device_lock_acquire(&s->lock);
     while (!xsa_device_lock_try(&s->lock)) {
         if (atomic_load(&h.stop)) return false;
         struct timespec nap = {0, NAP_NS};
@@ -127,7 +126,10 @@ static uint64_t rounds_on(int d, uint64_t now, bool thread) {
         xsa_pool_jobs_plan(p, now, &jobs);
         xsa_device_lock_release(&s->lock);
         xsa_pool_jobs_run(&jobs);
-        xsa_device_lock_acquire(&s->lock); /* a planned job always commits */
+        /* A planned job always commits: this thread took the lock to plan,
+         * so it is in no callback that holds it, and the acquire succeeds. */
+        bool held = xsa_device_lock_acquire(&s->lock);
+        (void)held;
         xsa_pool_jobs_commit(p, &jobs);
         xsa_device_lock_release(&s->lock);
     }

@@ -12,9 +12,10 @@
 
 #include "pool/state.h"
 
-/* Tags memory pool `id` with `tag` (> 0) and XSA_TAG_* flags. */
-xsa_pool_status xsa_pause_set_tag(xsa_pool *p, xsa_mempool_id id, uint32_t tag, uint32_t flags, char *err,
-                                  size_t errlen);
+/* Tags memory pool `id` with `tag` (> 0), named `name` in messages, and
+ * XSA_TAG_* flags. */
+xsa_pool_status xsa_pause_set_tag(xsa_pool *p, xsa_mempool_id id, uint32_t tag, const char *name, uint32_t flags,
+                                  char *err, size_t errlen);
 
 /* Pauses every memory pool tagged `tag` (0: every tagged pool) that is not
  * paused, with XSA_PAUSE_* flags. All or nothing. */
@@ -22,6 +23,9 @@ xsa_pool_status xsa_pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *e
 /* Resumes every paused pool tagged `tag` (0: all); their backups are
  * released unless `retain`. All or nothing. */
 xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err, size_t errlen);
+
+/* What the last pause (resume false) or resume that did something did. */
+xsa_pause_report xsa_pause_last_report(const xsa_pool *p, bool resume);
 
 /* Page bytes released by the paused pools tagged `tag` (0: all). */
 size_t xsa_pause_paused_bytes(const xsa_pool *p, uint32_t tag);

@@ -73,6 +73,7 @@ typedef struct xsa_mempool {
      * kept). */
     uint32_t tag;
     uint32_t tag_flags;
+    char tag_name[64];         /* for messages */
     bool captured;
     bool paused;
     xsa_free_set free[XSA_POOL_KINDS];
@@ -204,7 +205,7 @@ struct xsa_pool {
     xsa_pool_helper helper;
     xsa_mempool global;        /* the device's own cache */
     xsa_mempool *mempools;     /* the others, newest first */
-    xsa_route *routes;         /* oldest first; the oldest accepting route wins */
+    xsa_route *routes;         /* oldest first; the newest accepting route wins */
     int n_routes, cap_routes;
     int capturing;             /* routes with capture set */
     /* Blocks freed during capture with uses on other streams: their
@@ -224,6 +225,7 @@ struct xsa_pool {
     xsa_observer_fn observer;  /* pool/trace.h; NULL: none */
     void *observer_ctx;
     xsa_stream copy_stream;    /* backups' copies (pool/backup.c); NULL until the first */
+    xsa_pause_report reports[2]; /* the last pause's and resume's (pool/pause.c) */
     struct xsa_arena *arenas;  /* host memory holding backups (pool/backup.c) */
 };
 

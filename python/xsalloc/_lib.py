@@ -58,7 +58,8 @@ class DeviceStats(ctypes.Structure):
     )
 
     def as_nested_dict(self):
-        """The layout of torch.cuda.memory_stats_as_nested_dict(), plus xsalloc's page counters."""
+        """The layout of torch.cuda.memory_stats_as_nested_dict(), plus xsalloc's page counters
+        and paused_bytes (the page bytes tagged pools released by pausing)."""
 
         def stat(s):
             return {"current": s.current, "peak": s.peak, "allocated": s.allocated, "freed": s.freed}
@@ -72,6 +73,19 @@ class DeviceStats(ctypes.Structure):
         return out
 
 
+class MempoolId(ctypes.Structure):
+    """xsa_mempool_id (PyTorch's MempoolId_t), passed by value."""
+
+    _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
+
+
+class LiveBlock(ctypes.Structure):
+    """xsa_live_block: a live block of a memory pool, as xsa_mempool_checkpoint lists it."""
+
+    _fields_ = [("ptr", ctypes.c_void_p), ("size", ctypes.c_size_t), ("requested", ctypes.c_size_t),
+                ("stream", ctypes.c_void_p)]
+
+
 _c = ctypes
 # name: (restype, argtypes). Status-returning functions return c_int.
 _DECLS = {
@@ -80,6 +94,7 @@ _DECLS = {
     "xsa_use_driver": (_c.c_int, [_c.c_char_p]),
     "xsa_driver_name": (_c.c_char_p, []),
     "xsa_init": (_c.c_int, [_c.c_char_p]),
+    "xsa_configure": (_c.c_int, [_c.c_char_p]),
     "xsa_shutdown": (_c.c_int, []),
     "xsa_device_count": (_c.c_int, [_c.POINTER(_c.c_int)]),
     "xsa_malloc": (_c.c_int, [_c.POINTER(_c.c_void_p), _c.c_size_t, _c.c_int, _c.c_void_p]),
@@ -92,6 +107,7 @@ _DECLS = {
     "xsa_get_base_allocation": (_c.c_int, [_c.c_void_p, _c.POINTER(_c.c_void_p), _c.POINTER(_c.c_size_t)]),
     "xsa_set_memory_fraction": (_c.c_int, [_c.c_double, _c.c_int]),
     "xsa_set_allocator_settings": (_c.c_int, [_c.c_char_p]),
+    "xsa_check_allocator_settings": (_c.c_int, [_c.c_char_p]),
     "xsa_get_stats": (_c.c_int, [_c.c_int, _c.POINTER(DeviceStats)]),
     "xsa_reset_peak_stats": (_c.c_int, [_c.c_int]),
     "xsa_reset_accumulated_stats": (_c.c_int, [_c.c_int]),
@@ -108,6 +124,21 @@ _DECLS = {
     "xsa_torch_empty_cache": (None, []),
     "xsa_torch_set_memory_fraction": (None, [_c.c_double, _c.c_int]),
     "xsa_torch_base_alloc": (_c.c_void_p, [_c.c_void_p, _c.POINTER(_c.c_size_t)]),
+    "xsa_mempool_create": (_c.c_int, [_c.c_int, MempoolId]),
+    "xsa_mempool_release": (_c.c_int, [_c.c_int, MempoolId]),
+    "xsa_mempool_checkpoint": (_c.c_int, [_c.c_int, MempoolId, _c.POINTER(_c.POINTER(LiveBlock)),
+                                          _c.POINTER(_c.c_size_t)]),
+    # Pausing and resuming tagged memory (xsalloc.elastic)
+    "xsa_mempool_set_tag": (_c.c_int, [_c.c_int, MempoolId, _c.c_char_p, _c.c_uint]),
+    "xsa_tag_region_begin": (_c.c_int, [_c.c_char_p, _c.c_uint]),
+    "xsa_tag_region_end": (_c.c_int, []),
+    "xsa_pause": (_c.c_int, [_c.c_char_p, _c.c_uint]),
+    "xsa_resume": (_c.c_int, [_c.c_char_p]),
+    "xsa_paused_bytes": (_c.c_int, [_c.c_int, _c.c_char_p, _c.POINTER(_c.c_size_t)]),
+    "xsa_cpu_backup": (_c.c_int, [_c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_void_p)]),
+    "xsa_set_backup_retention": (_c.c_int, [_c.c_int]),
+    "xsa_get_backup_retention": (_c.c_int, [_c.POINTER(_c.c_int)]),
+    "xsa_last_pause_report": (_c.c_int, [_c.c_int, _c.c_int, _c.c_void_p]),
 }
 
 # The entry points PyTorch's CUDAPluggableAllocator hooks call, by setter name.
@@ -151,6 +182,15 @@ class Library:
         """The C function's address, as PyTorch's allocator setters take it."""
         return ctypes.cast(getattr(self.cdll, name), ctypes.c_void_p).value
 
+    def function(self, name):
+        """The declared C function `name`; a library built before it existed is an XsallocError saying so."""
+        fn = getattr(self.cdll, name, None)
+        if fn is None:
+            raise XsallocError("XSA_ERROR_NOT_SUPPORTED", f"{self.path} has no {name}: it was built before "
+                               f"{name} existed; rebuild it (pip install --no-build-isolation ., or "
+                               "bazel build //api:libxsalloc.so)")
+        return fn
+
     def last_error(self):
         return self.cdll.xsa_last_error().decode(errors="replace")
 
@@ -158,8 +198,12 @@ class Library:
         return self.cdll.xsa_status_name(status).decode()
 
     def check(self, status, what):
+        """Raises XsallocError("WHAT: STATUS: sentence") unless status is XSA_SUCCESS; the C
+        sentence's own "fn: " prefix is dropped when it repeats what."""
         if status != SUCCESS:
             detail = self.last_error() or "no detail"
+            if detail.startswith(what + ": "):
+                detail = detail[len(what) + 2:]
             raise XsallocError(self.status_name(status), f"{what}: {self.status_name(status)}: {detail}")
 
     def init(self, conf=None):
@@ -169,6 +213,23 @@ class Library:
         if st == ERROR_ALREADY_INITIALIZED and conf is None:
             return
         self.check(st, "xsa_init" if conf is None else f"xsa_init({conf!r})")
+
+    def configure(self, conf=None):
+        """xsa_configure(conf): the settings, no driver yet (it starts at the first allocation).
+        Already configured or started is accepted when conf is None."""
+        st = self.cdll.xsa_configure(None if conf is None else conf.encode())
+        if st == ERROR_ALREADY_INITIALIZED and conf is None:
+            return
+        self.check(st, "xsa_configure" if conf is None else f"xsa_configure({conf!r})")
+
+    def prefer_real_driver(self, who):
+        """For PyTorch and CuPy, which need device memory: the real driver when xsalloc starts,
+        unless $XSA_DRIVER names one; touches no driver. If xsalloc has started already, it must
+        be on the real driver (or the one $XSA_DRIVER names)."""
+        if os.environ.get("XSA_DRIVER"):
+            return
+        if self.cdll.xsa_use_driver(b"cuda") == ERROR_ALREADY_INITIALIZED:
+            self.require_real_driver(who)
 
     def driver_name(self):
         return self.cdll.xsa_driver_name().decode()

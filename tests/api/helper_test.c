@@ -137,11 +137,16 @@ static void test_shutdown_stops_it_mid_work_and_init_starts_over(void **state) {
     }
 }
 
-/* The child of a fork: no helper until its first growth, then decay works
- * there; exit status 0 when every check held. */
+/* The child of a fork: no helper thread; a child forked after the start
+ * cannot use the parent's xsalloc (api/devices.c), but one that picks the
+ * simulated driver starts its own, and its helper thread at its first
+ * growth, where decay works; exit status 0 when every check held. */
 static int in_child(void) {
     if (xsa_helper_running()) return 1;
-    void *burst; /* larger than the parent's cached burst: a growth */
+    if (xsa_shutdown() != XSA_SUCCESS || xsa_use_driver("sim") != XSA_SUCCESS ||
+        xsa_init("helper_thread:True,page_decay_ms:20") != XSA_SUCCESS)
+        return 7;
+    void *burst;
     if (xsa_malloc(&burst, 60 * MiB, 0, NULL) != XSA_SUCCESS) return 2;
     if (!xsa_helper_running()) return 3;
     if (xsa_free(burst) != XSA_SUCCESS) return 4;
