@@ -24,11 +24,15 @@
  *
  * Shutdown stops it (xsa_shutdown, before the pools go). Fork: the
  * prepare handler stops it (so no driver call or device lock of its is in
- * flight in the child) and holds the helper's own mutex across the fork;
- * the parent starts it again if it ran; the child starts it at its first
- * wake. Manual mode (tests, simulated replays) never starts the thread:
- * xsa_helper_poll does the due rounds on the caller's thread, with the
- * injected clock, so runs are deterministic.
+ * flight in the child) and keeps it from starting until the fork is over,
+ * without holding the helper's mutex across the fork (shutdown takes the
+ * start-up lock, then that mutex; api/fork.c's prepare takes the start-up
+ * lock after this one's: holding both would order them both ways); the
+ * child makes its mutex and condition variable anew; the parent starts the
+ * thread again if it ran; the child starts one at its first wake. Manual
+ * mode (tests, simulated replays) never starts the thread: xsa_helper_poll
+ * does the due rounds on the caller's thread, with the injected clock, so
+ * runs are deterministic.
  */
 #include "api/helper.h"
 
@@ -52,6 +56,7 @@ static struct {
     bool manual;
     bool atfork;               /* handlers registered */
     bool restart;              /* running when a fork began: the parent starts it again */
+    bool forking;              /* between the fork's prepare and parent or child handler: no start */
     uint64_t starts;
     uint64_t (*now)(void *ctx);
     void *now_ctx;
@@ -191,7 +196,7 @@ static void at_fork_child(void);
 
 /* Starts the thread (h.lock held). */
 static void start_locked(void) {
-    if (h.running || h.manual) return;
+    if (h.running || h.manual || h.forking) return;
     if (!h.atfork) h.atfork = pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child) == 0;
     atomic_store(&h.stop, false);
     h.current = -1;
@@ -254,20 +259,25 @@ uint64_t xsa_helper_starts(void) {
 static void at_fork_prepare(void) {
     pthread_mutex_lock(&h.lock);
     h.restart = h.running;
-    stop_locked(); /* h.lock is held again after, across the fork */
+    h.forking = true;
+    stop_locked();
+    pthread_mutex_unlock(&h.lock);
 }
 
 static void at_fork_parent(void) {
+    pthread_mutex_lock(&h.lock);
+    h.forking = false;
     if (h.restart) start_locked();
     h.restart = false;
     pthread_mutex_unlock(&h.lock);
 }
 
 static void at_fork_child(void) {
-    /* No thread here: the child's first wake starts one. */
-    h.restart = false;
-    h.running = false;
-    pthread_mutex_unlock(&h.lock);
+    /* Another thread may have held the mutex at the fork: made anew. No
+     * thread here: the child's first wake starts one. */
+    pthread_mutex_init(&h.lock, NULL);
+    pthread_cond_init(&h.cond, NULL);
+    h.forking = h.restart = h.running = h.woken = false;
 }
 
 /* Every pool gets the wake callback (api/devices.c), from load time on. */
