@@ -21,6 +21,7 @@
 #include "api/ipc_share.h"
 #include "api/lag_probe.h"
 #include "api/observe.h"
+#include "api/pause.h"
 #include "api/ranges.h"
 #include "pool/capture.h"
 #include "pool/check.h"
@@ -69,7 +70,10 @@ xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
     xsa_pool *p;
     if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
     void *out = NULL;
-    xsa_pool_status ps = xsa_pool_malloc(p, size, stream, &out, xsa_error_buffer(), XSA_ERROR_MAX);
+    /* A thread inside a tag region allocates in its memory pool (api/pause.h). */
+    xsa_pool_status ps = __builtin_expect(atomic_load_explicit(&xsa_regions_open, memory_order_relaxed) == 0, 1)
+                             ? xsa_pool_malloc(p, size, stream, &out, xsa_error_buffer(), XSA_ERROR_MAX)
+                             : xsa_region_malloc(p, size, stream, &out, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     if (ps != XSA_POOL_OK) return xsa_api_status(ps);
     *ptr = out;

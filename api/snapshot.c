@@ -99,6 +99,9 @@ static void emit_segment(xsa_emitter *e, int device, const xsa_pool_snapshot *ps
     xsa_emit_key(e, "segment_type"), xsa_emit_str(e, s->large ? "large" : "small");
     emit_pool_id(e, s->pool_id);
     xsa_emit_key(e, "is_expandable"), xsa_emit_bool(e, s->expandable);
+    /* xsalloc's own key, only where it says something: a paused pool's
+     * segment (xsa_pause), whose pages are released until resumed. */
+    if (s->paused) xsa_emit_key(e, "is_paused"), xsa_emit_bool(e, true);
     xsa_emit_key(e, "frames"), xsa_emit_list(e), xsa_emit_end(e);
     xsa_emit_key(e, "blocks"), xsa_emit_list(e);
     for (size_t i = 0; i < s->n_blocks; i++) emit_block(e, &ps->blocks[s->first_block + i]);

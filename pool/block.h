@@ -18,6 +18,7 @@
 #include "vmm/driver.h"
 
 struct xsa_seg;
+struct xsa_backup;
 
 typedef struct xsa_block {
     uintptr_t ptr;
@@ -39,6 +40,7 @@ typedef struct xsa_block {
     int event_count;         /* record_stream events still outstanding after free */
     int ipc_exports;         /* IPC exports not yet seen closed or revoked: the block is pinned */
     uint64_t gc_base;        /* pool's free-block lookup count when it became free */
+    struct xsa_backup *backup; /* its bytes' host copy (pool/backup.c), or NULL */
     /* Streams that used the block besides its own (record_stream). */
     xsa_stream *stream_uses;
     int n_stream_uses, cap_stream_uses;

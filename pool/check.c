@@ -14,6 +14,7 @@
 #include "pool/core.h"
 #include "pool/free_set.h"
 #include "pool/mempool.h"
+#include "pool/pause.h"
 #include "pool/ptr_map.h"
 #include "pool/recycle.h"
 #include "pool/state.h"
@@ -28,6 +29,8 @@ typedef struct recount {
     size_t draining_blocks, draining_pages; /* the latter of the segment being checked */
     size_t deferred;
     size_t walked_blocks[XSA_POOL_KINDS], walked_bytes[XSA_POOL_KINDS]; /* in the free sets, all memory pools */
+    size_t allocated_blocks;  /* paused ones too (the pointer map holds them) */
+    int64_t paused_bytes;     /* the pages paused segments' mapped blocks cover */
 } recount;
 
 static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, recount *c, char *err, size_t n) {
@@ -60,7 +63,10 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
         c->draining_blocks++;
         c->draining_pages += b->size / p->page_size;
     }
-    if (b->allocated) {
+    /* A paused segment's blocks are out of the current stats (pool/pause.c). */
+    bool counted = !s->paused;
+    c->allocated_blocks += b->allocated;
+    if (b->allocated && counted) {
         c->allocation[k]++;
         c->allocated_bytes[k] += (int64_t)b->size;
         c->requested_bytes[k] += (int64_t)b->requested;
@@ -71,11 +77,14 @@ static int check_block(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
                     s->expandable ? "expandable" : "classic");
     c->ipc_exports += (size_t)b->ipc_exports;
     if (b->allocated || pending) {
-        c->active[k]++;
-        c->active_bytes[k] += (int64_t)b->size;
+        if (counted) {
+            c->active[k]++;
+            c->active_bytes[k] += (int64_t)b->size;
+        }
         c->live_blocks++;
         c->pending_events += (size_t)b->event_count;
     }
+    if (s->paused && b->mapped) c->paused_bytes += (int64_t)b->size;
     if (free_block) {
         c->free_blocks[k]++;
         c->free_bytes[k] += b->size;
@@ -94,7 +103,7 @@ static int check_pages(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
     if (!b->mapped && ((b->ptr - s->base) % page || b->size % page))
         return xsa_check_fail(err, n, "unmapped block %#lx: not page aligned", (unsigned long)b->ptr);
     for (size_t pg = first; pg <= last; pg++)
-        if (xsa_segment_page_mapped(&s->vm, pg) != b->mapped)
+        if (xsa_segment_page_mapped(&s->vm, pg) != (b->mapped && !s->paused))
             return xsa_check_fail(err, n, "block %#lx (mapped=%d): page %zu is %smapped", (unsigned long)b->ptr, b->mapped, pg,
                         b->mapped ? "un" : "");
     return 1;
@@ -104,6 +113,7 @@ static int check_pages(const xsa_pool *p, const xsa_seg *s, const xsa_block *b, 
  * recycling only moves the pool's own chunks. */
 static int check_chunk_sizes(const xsa_pool *p, const xsa_seg *s, char *err, size_t n) {
     size_t cap = xsa_recycle_max_chunk_pages(p);
+    if (s->mp->tag) return 1; /* a resume maps larger chunks: tagged pools lend no pages (pool/pause.c) */
     for (size_t pg = 0; pg < s->vm.max_pages; pg++)
         if (s->vm.chunk_pages[pg] > cap)
             return xsa_check_fail(err, n, "segment %#lx: chunk at page %zu has %u pages, more than the %zu of a handle",
@@ -145,7 +155,7 @@ static int check_segment(const xsa_pool *p, const xsa_seg *s, recount *c, char *
         if (c->draining_pages != s->draining_pages)
             return xsa_check_fail(err, n, "segment %#lx: %zu draining pages counted, %zu in blocks", (unsigned long)s->base,
                                   s->draining_pages, c->draining_pages);
-        bytes = xsa_seg_owned_pages(s) * p->page_size;
+        bytes = xsa_seg_owned_pages(s) * p->page_size; /* 0 while paused */
     } else if (s->size >= p->opt.max_split_size) {
         c->oversize_segments++;
     }
@@ -410,8 +420,12 @@ int xsa_pool_check(const xsa_pool *p, char *err, size_t n) {
         return xsa_check_fail(err, n, "reserved %zu but reserved_bytes stat %lld", p->reserved, (long long)st->reserved_bytes[XSA_STAT_ALL].current);
     if (c.live_blocks != p->live_blocks) return xsa_check_fail(err, n, "live blocks %zu, recount %zu", p->live_blocks, c.live_blocks);
     if (!xsa_ptr_map_check(&p->allocated, err, n)) return 0;
-    if ((size_t)(c.allocation[0] + c.allocation[1]) != p->allocated.count)
-        return xsa_check_fail(err, n, "pointer map holds %zu, allocated blocks %lld", p->allocated.count, (long long)(c.allocation[0] + c.allocation[1]));
+    if (c.allocated_blocks != p->allocated.count)
+        return xsa_check_fail(err, n, "pointer map holds %zu, allocated blocks %zu", p->allocated.count, c.allocated_blocks);
+    if (c.paused_bytes != st->paused_bytes.current)
+        return xsa_check_fail(err, n, "paused_bytes %lld, paused segments cover %lld", (long long)st->paused_bytes.current,
+                              (long long)c.paused_bytes);
+    if (!xsa_pause_check(p, err, n)) return 0;
     if (c.pending_events != p->events.outstanding)
         return xsa_check_fail(err, n, "blocks wait for %zu events, queues hold %zu", c.pending_events, p->events.outstanding);
     if ((int64_t)c.oversize_allocations != st->oversize_allocations.current || (int64_t)c.oversize_segments != st->oversize_segments.current)

@@ -96,9 +96,41 @@ bool xsa_pages_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first
     return true;
 }
 
+/* The whole pages inside b: [*first, *end), false if none. */
+static bool whole_pages(const xsa_pool *p, const xsa_block *b, size_t *first, size_t *end) {
+    size_t page = p->page_size;
+    *first = (b->ptr - b->seg->base + page - 1) / page;
+    *end = (b->ptr + b->size - b->seg->base) / page;
+    return *end > *first;
+}
+
+bool xsa_pages_forget_free(xsa_pool *p, xsa_block *b) {
+    xsa_seg *s = b->seg;
+    size_t page = p->page_size, first, end;
+    char ignored[64];
+    if (!whole_pages(p, b, &first, &end) ||
+        xsa_pages_isolate(p, b, s->base + first * page, s->base + end * page, ignored, sizeof ignored) != XSA_POOL_OK)
+        return false;
+    b->mapped = false;
+    xsa_stat_update(&p->stats.paused_bytes, -(int64_t)((end - first) * page));
+    xsa_pages_merge_unmapped(p, b);
+    return true;
+}
+
+bool xsa_pages_segment_holds(const xsa_seg *s) {
+    if (!s->paused) return s->vm.mapped_pages > 0;
+    for (const xsa_block *b = s->first; b; b = b->next)
+        if (b->mapped) return true;
+    return false;
+}
+
 xsa_pool_status xsa_pages_unmap_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
     xsa_seg *s = b->seg;
     size_t page = p->page_size, first, end;
+    if (s->paused) {
+        xsa_pages_forget_free(p, b); /* nothing is mapped: nothing to wait for */
+        return XSA_POOL_OK;
+    }
     if (!xsa_pages_whole_chunks(p, b, &first, &end)) return XSA_POOL_OK;
     /* cuMemUnmap is not stream ordered: kernels still queued on the stream
      * may use these pages. Releasing memory may block (PyTorch does too). */

@@ -32,4 +32,13 @@ bool xsa_pages_whole_chunks(const xsa_pool *p, const xsa_block *b, size_t *first
 /* Merges unmapped block u with unmapped neighbours. */
 void xsa_pages_merge_unmapped(xsa_pool *p, xsa_block *u);
 
+/* Free block b of a paused segment (pool/pause.c): its whole pages (none
+ * is mapped now) are forgotten, so that no resume maps them again; they
+ * leave paused_bytes. No driver call. False if b has no whole page or
+ * host memory for the records ran out (b stays as it was). */
+bool xsa_pages_forget_free(xsa_pool *p, xsa_block *b);
+/* Does expandable segment s hold memory: pages mapped, or pages a resume
+ * will map (a paused segment's mapped blocks)? */
+bool xsa_pages_segment_holds(const xsa_seg *s);
+
 #endif

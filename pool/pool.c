@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool/backup.h"
 #include "pool/block.h"
 #include "pool/capture_reuse.h"
 #include "pool/core.h"
@@ -15,6 +16,7 @@
 #include "pool/mempool.h"
 #include "pool/options.h"
 #include "pool/own_allocator.h"
+#include "pool/pause.h"
 #include "pool/peer.h"
 #include "pool/ptr_map.h"
 #include "pool/recycle.h"
@@ -141,6 +143,7 @@ void xsa_pool_destroy(xsa_pool *p) {
     /* Drains, events and exports go first: they refer to blocks (and
      * drains give their events back). */
     xsa_recycle_destroy(p);
+    xsa_backup_destroy(p);
     xsa_events_destroy(&p->events);
     xsa_ipc_destroy(p);
     xsa_capture_reuse_forget(p);
@@ -175,9 +178,10 @@ static xsa_block *get_free_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kin
     if (p->opt.garbage_collection_threshold > 0) p->free_lookups[kind]++;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, size);
     if (!b || b->stream != stream) return NULL;
-    if (__builtin_expect(b->seg->expandable && !p->expandable, 0)) {
+    if (__builtin_expect(b->seg->expandable && !p->expandable && !mp->tag, 0)) {
         /* Expandable segments turned off at run time: as in PyTorch, no
-         * request is placed in one any more (pool/settings.c). */
+         * request is placed in one any more (pool/settings.c); tagged
+         * memory pools keep theirs (pool/pause.c). */
         while (b && b->stream == stream && b->seg->expandable) b = xsa_free_set_next(set, b);
         if (!b || b->stream != stream) return NULL;
     }
@@ -279,7 +283,7 @@ static xsa_pool_status alloc_classic(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind
 static xsa_pool_status alloc_block(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa_stream stream, size_t size,
                                    bool retry, xsa_block **out, char *err, size_t errlen) {
     if (retry) p->stats.num_alloc_retries++;
-    if (p->expandable && !xsa_mempool_owns_allocator(mp))
+    if ((p->expandable || mp->tag) && !xsa_mempool_owns_allocator(mp))
         return xsa_expand_alloc(p, mp, kind, stream, size, out, err, errlen);
     size_t alloc_size = allocation_size(size);
     if (p->reserved + alloc_size > p->allowed_max) return XSA_POOL_OOM;
@@ -362,7 +366,7 @@ static void oom_report(xsa_pool *p, size_t requested, xsa_stream stream, char *e
  * pool in use that lends its memory to the global pool's misses. */
 static xsa_block *lent_block(xsa_pool *p, xsa_pool_kind kind, xsa_stream stream, size_t size) {
     for (xsa_mempool *mp = p->mempools; mp; mp = mp->next) {
-        if (!mp->use_on_oom || xsa_mempool_released(mp)) continue;
+        if (!mp->use_on_oom || xsa_mempool_released(mp) || mp->paused) continue;
         xsa_block *b = get_free_block(p, mp, kind, stream, size);
         if (b) return b;
     }
@@ -394,7 +398,19 @@ static xsa_pool_status alloc_on_miss(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind
     return alloc_block(p, mp, kind, stream, size, true, out, err, errlen);
 }
 
-xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen) {
+/* A tagged memory pool learns that a graph is captured into it (pool/pause.c
+ * keeps such a pool's free pages and waits for the device). */
+static __attribute__((noinline, cold)) void note_capture(xsa_pool *p, xsa_mempool *mp, xsa_stream stream) {
+    int status = XSA_CAPTURE_NONE;
+    if (XSA_DRV(p->drv, stream_get_capture_info, stream, &status, NULL, NULL, NULL) == XSA_CU_SUCCESS &&
+        status != XSA_CAPTURE_NONE)
+        mp->captured = true;
+}
+
+/* malloc, with `fallback` as the memory pool of requests no routing takes
+ * (the global one, or a thread's tag region's: xsa_pool_malloc_in_region). */
+static inline xsa_pool_status pool_malloc(xsa_pool *p, xsa_mempool *fallback, size_t size, xsa_stream stream,
+                                          void **out, char *err, size_t errlen) {
     if (size > p->device_total) {
         /* Larger than the device: rounding could overflow, and no retry helps. */
         p->stats.num_ooms++;
@@ -412,7 +428,13 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     /* During a capture, cross-stream frees the graph has ordered may
      * return first (capture_reuse.c); the block handed out is stamped. */
     uint64_t capture = __builtin_expect(p->capturing, 0) ? xsa_capture_reuse_malloc(p, stream) : 0;
-    xsa_mempool *mp = __builtin_expect(p->n_routes == 0, 1) ? &p->global : xsa_mempool_route(p, stream);
+    xsa_mempool *mp = fallback;
+    if (__builtin_expect(p->n_routes != 0, 0)) {
+        xsa_mempool *routed = xsa_mempool_route(p, stream);
+        if (routed != &p->global) mp = routed;
+        if (mp->paused) return xsa_pause_refuse(p, mp, err, errlen);
+        if (mp->tag && !mp->captured && p->capturing) note_capture(p, mp, stream);
+    }
     size_t rounded = round_size(&p->opt, size);
     xsa_pool_kind kind = rounded <= XSA_SMALL_SIZE ? XSA_POOL_SMALL : XSA_POOL_LARGE;
     XSA_OBSERVE(p, XSA_OBS_MALLOC_BEGIN, kind, 0, size, rounded, stream);
@@ -442,6 +464,28 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     XSA_OBSERVE(p, XSA_OBS_ALLOC, kind, a->ptr, size, a->size, stream);
     *out = (void *)a->ptr;
     return XSA_POOL_OK;
+}
+
+xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen) {
+    return pool_malloc(p, &p->global, size, stream, out, err, errlen);
+}
+
+xsa_pool_status xsa_pool_malloc_in_region(xsa_pool *p, xsa_mempool_id region, uint32_t tag, uint32_t flags, size_t size,
+                                          xsa_stream stream, void **out, char *err, size_t errlen) {
+    xsa_mempool *mp = xsa_mempool_find(p, region);
+    if (!mp) {
+        if (!(mp = xsa_mempool_new(p, region))) {
+            snprintf(err, errlen, "device %d: out of host memory", p->device);
+            return XSA_POOL_HOST_OOM;
+        }
+        xsa_pool_status st = xsa_pause_set_tag(p, region, tag, flags, err, errlen);
+        if (st != XSA_POOL_OK) {
+            xsa_mempool_delete(p, mp);
+            return st;
+        }
+    }
+    if (mp->paused) return xsa_pause_refuse(p, mp, err, errlen);
+    return pool_malloc(p, mp, size, stream, out, err, errlen);
 }
 
 /* The allocation that contains ptr, for error messages (slow path). */
@@ -504,10 +548,21 @@ static __attribute__((noinline, cold)) xsa_pool_status keep_released(xsa_pool *p
     return XSA_POOL_HOST_OOM;
 }
 
+/* A block of a paused memory pool was freed (pool/pause.c); if the pool
+ * is released, its memory record may go with it. */
+static __attribute__((noinline, cold)) xsa_pool_status free_paused(xsa_pool *p, xsa_block *b) {
+    xsa_mempool *mp = b->seg->mp;
+    xsa_pause_free(p, b);
+    if (xsa_mempool_released(mp)) free_released(p, mp);
+    return XSA_POOL_OK;
+}
+
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen) {
     xsa_block *b = xsa_ptr_map_remove(&p->allocated, (uintptr_t)ptr);
     if (!b) return bad_pointer(p, "xsa_free", ptr, err, errlen);
     xsa_mempool *mp = b->seg->mp;
+    if (__builtin_expect(b->seg->paused, 0)) return free_paused(p, b);
+    if (__builtin_expect(b->backup != NULL, 0)) xsa_backup_drop(p, b); /* a copy kept after a resume */
     xsa_pool_status st = XSA_POOL_OK;
     if (__builtin_expect(xsa_mempool_released(mp), 0) && p->capturing) st = keep_released(p, mp, err, errlen);
     if (st == XSA_POOL_OK && b->n_stream_uses > 0) st = wait_for_uses(p, b, err, errlen);

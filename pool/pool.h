@@ -46,6 +46,7 @@
 #include "pool/options.h"
 #include "pool/types.h"
 #include "vmm/driver.h"
+#include "xsalloc/types.h"
 
 /* Creates the pool of `device`. If the device cannot do virtual memory
  * management, expandable segments fall back to classic, and if exportable
@@ -61,6 +62,11 @@ void xsa_pool_set_listener(xsa_pool *p, const xsa_pool_listener *listener);
 void xsa_pool_destroy(xsa_pool *p);
 
 xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, void **out, char *err, size_t errlen);
+/* malloc for a thread inside a tag region (xsa_tag_region_begin): a request
+ * no routing takes goes to memory pool `region` (created on first use,
+ * tagged `tag` with XSA_TAG_* flags) instead of the device's own. */
+xsa_pool_status xsa_pool_malloc_in_region(xsa_pool *p, xsa_mempool_id region, uint32_t tag, uint32_t flags, size_t size,
+                                          xsa_stream stream, void **out, char *err, size_t errlen);
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen);
 xsa_pool_status xsa_pool_record_stream(xsa_pool *p, void *ptr, xsa_stream stream, char *err, size_t errlen);
 /* Is ptr the start of a live allocation of this pool? */

@@ -89,7 +89,7 @@ static xsa_pool_status release_kind(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind 
 static void drop_empty_segments(xsa_pool *p, const xsa_mempool *mp) {
     for (xsa_seg *s = p->segments, *next; s; s = next) {
         next = s->next_seg;
-        if (s->mp == mp && s->expandable && s->vm.mapped_pages == 0) xsa_pages_destroy_segment(p, s);
+        if (s->mp == mp && s->expandable && !xsa_pages_segment_holds(s)) xsa_pages_destroy_segment(p, s);
     }
 }
 

@@ -41,6 +41,7 @@ static void add_run(xsa_pool_snapshot *out, const xsa_seg *s, const xsa_block *b
     g->pool_id = s->mp->id;
     g->large = s->kind == XSA_POOL_LARGE;
     g->expandable = s->expandable;
+    g->paused = s->paused;
     g->reservation = s->base;
     g->first_block = out->n_blocks;
     for (; b && xsa_block_holds_memory(b); b = b->next) {

@@ -17,7 +17,8 @@
  *             release.c (giving memory back), capture.c (the memory pool
  *             calls and capture), capture_reuse.c (capture-time reuse),
  *             checkpoint.c (a memory pool's blocks set to a checkpoint),
- *             settings.c (options changed at run time);
+ *             settings.c (options changed at run time), backup.c (host
+ *             copies of blocks), pause.c (tagged pools paused and resumed);
  *   readers:  check.c, snapshot.c, info.c;
  *   top:      pool.c (create, malloc, free, record_stream, destroy).
  * Not part of the pool's interface (api/ uses pool.h and the policies'
@@ -62,6 +63,15 @@ typedef struct xsa_mempool {
     xsa_mempool_allocator allocator;
     bool use_on_oom;           /* lends its free blocks to the global pool's misses while in use */
     bool no_split;             /* never splits a block; unchanged while it holds segments */
+    /* Pause and resume (pool/pause.c): its tag (0: none; api/ names
+     * them), the tag's XSA_TAG_* flags, whether a malloc into it saw its
+     * stream capturing (its graphs replay over its free blocks, on any
+     * stream), and whether it is paused (its pages released, its ranges
+     * kept). */
+    uint32_t tag;
+    uint32_t tag_flags;
+    bool captured;
+    bool paused;
     xsa_free_set free[XSA_POOL_KINDS];
     /* Released pools a block of which was freed while this pool captured:
      * the graph may use that memory at every replay, so they keep it until
@@ -100,6 +110,9 @@ typedef struct xsa_seg {
     xsa_block *first;          /* lowest-address block */
     xsa_segment vm;            /* expandable only */
     size_t draining_pages;     /* mapped in vm but moved on (pool/recycle): not this segment's memory */
+    /* Its memory pool is paused: nothing is mapped in vm, and the pages its
+     * mapped blocks cover are the ones a resume maps again (pool/pause.c). */
+    bool paused;
     struct xsa_seg *prev_seg, *next_seg;
 } xsa_seg;
 
@@ -171,6 +184,8 @@ struct xsa_pool {
     xsa_pool_listener listener;
     xsa_observer_fn observer;  /* pool/trace.h; NULL: none */
     void *observer_ctx;
+    xsa_stream copy_stream;    /* backups' copies (pool/backup.c); NULL until the first */
+    struct xsa_arena *arenas;  /* host memory holding backups (pool/backup.c) */
 };
 
 /* PyTorch's Stat arithmetic (current, peak, allocated, freed); inline

@@ -35,6 +35,7 @@ static void each_stat(xsa_device_stats *s, void (*fn)(xsa_stat *)) {
         for (int t = 0; t < XSA_STAT_TYPES; t++) fn(&arrays[a][t]);
     fn(&s->oversize_allocations);
     fn(&s->oversize_segments);
+    fn(&s->paused_bytes);
 }
 
 static void reset_peak(xsa_stat *s) { s->peak = s->current; }

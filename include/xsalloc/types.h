@@ -47,6 +47,11 @@ typedef struct xsa_device_stats {
     int64_t num_pages_mapped;
     int64_t num_pages_unmapped;
     int64_t num_pages_recycled;
+    /* xsalloc's own: the page bytes that paused memory pools released
+     * (xsa_pause); they are out of reserved_bytes until resumed, and the
+     * pools' blocks out of allocation, allocated_bytes, active,
+     * active_bytes and requested_bytes (current values). */
+    xsa_stat paused_bytes;
 } xsa_device_stats;
 
 /* A memory pool's id: a pair of integers like PyTorch's MempoolId_t ({0, 0}
@@ -54,6 +59,14 @@ typedef struct xsa_device_stats {
 typedef struct xsa_mempool_id {
     uint64_t first, second;
 } xsa_mempool_id;
+
+/* Pause and resume (xsalloc.h, "Pause and resume"): a tag's flags... */
+#define XSA_TAG_CPU_BACKUP 0x1u      /* a pause copies live bytes to host memory; resume restores them */
+#define XSA_TAG_BACKUP_MMAP 0x2u     /* the host copy is mmap'd memory registered with the driver */
+/* ...and a pause's. */
+#define XSA_PAUSE_BACKUP 0x1u        /* back up every paused pool's live bytes, whatever its tag's flags */
+#define XSA_PAUSE_DISCARD 0x2u       /* back up nothing, whatever the flags */
+#define XSA_PAUSE_SYNC_DEVICE 0x4u   /* wait for all of the device's work, not only its streams' */
 
 /* Says whether an allocation on `stream` goes to the pool. */
 typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
@@ -133,6 +146,7 @@ typedef struct xsa_snap_segment {
     xsa_mempool_id pool_id;  /* its memory pool; {0, 0}: the device's own cache */
     bool large;
     bool expandable;
+    bool paused;             /* its memory pool is paused: no page is mapped until resumed */
     uintptr_t reservation;   /* base of the expandable range holding it; addr if classic */
     size_t first_block, n_blocks; /* its blocks in the snapshot's blocks */
 } xsa_snap_segment;

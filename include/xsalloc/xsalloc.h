@@ -251,6 +251,65 @@ XSA_API xsa_status xsa_mempool_restore(int device, xsa_mempool_id id, const xsa_
                                        xsa_restore_delta *delta);
 XSA_API void xsa_restore_delta_free(xsa_restore_delta *delta);
 
+/* ---- Pause and resume: tagged memory released and restored at the same addresses ----
+ *
+ * What torch_memory_saver and vLLM's sleep mode do, inside the allocator.
+ * A tag names memory pools: a MemPool or a graph's pool tagged with
+ * xsa_mempool_set_tag, or the pools a thread's tag region allocates in
+ * (xsa_tag_region_begin). Tagged pools have expandable segments, also
+ * with expandable_segments:False. xsa_pause releases the physical pages of
+ * every pool with the tag (NULL: every tagged pool), on every device, and
+ * keeps their virtual ranges; xsa_resume maps new pages at the same
+ * addresses. Pausing waits first for the work that may use the pages: the
+ * streams their segments and record_stream name (the whole device if a
+ * graph was captured into the pool, or with XSA_PAUSE_SYNC_DEVICE). With
+ * backup (XSA_TAG_CPU_BACKUP, or XSA_PAUSE_BACKUP) the live allocations'
+ * requested bytes are copied to host memory before, and back after, on a
+ * copy stream, finished before the call returns; without, their contents
+ * are lost. The free cache goes too and is not mapped again, except in a
+ * pool a graph was captured into (its replays use its free blocks).
+ * While paused: xsa_free of its allocations works (their copies go); an
+ * allocation routed to it fails (XSA_ERROR_INVALID_VALUE); its blocks are
+ * out of the current stats (allocation, allocated_bytes, active,
+ * active_bytes, requested_bytes) and its pages move from reserved_bytes to
+ * paused_bytes; snapshots mark its segments "is_paused". Each device is all
+ * or nothing: on an error nothing changed there (a device before it in the
+ * same call stays done; the message says so). Out of device memory in
+ * xsa_resume is XSA_ERROR_OUT_OF_MEMORY with everything still paused and
+ * the backups kept: a later call can succeed. Pausing a paused pool, or a
+ * tag nothing carries, does nothing. Refused (XSA_ERROR_INVALID_VALUE)
+ * while a capture or a routing (xsa_begin_allocate_to_pool) is under way
+ * on the device. Flags: xsalloc/types.h (XSA_TAG_*, XSA_PAUSE_*). */
+
+/* Tags pool `id` of `device` (it must exist and be in use) with `tag` (1 to
+ * 63 bytes) and XSA_TAG_* flags; again with the same tag, the flags change.
+ * XSA_ERROR_INVALID_VALUE for another tag, a paused pool or a bad name;
+ * XSA_ERROR_NOT_SUPPORTED for a pool with an allocator of its own or
+ * classic segments already, or a device without virtual memory management. */
+XSA_API xsa_status xsa_mempool_set_tag(int device, xsa_mempool_id id, const char *tag, unsigned flags);
+/* Until the matching end, the calling thread's allocations through
+ * xsa_malloc (and the CuPy and PyTorch entry points over it) that no
+ * routing takes go to the tag's own pool on their device (one per tag and
+ * flags). Regions nest, 16 deep. */
+XSA_API xsa_status xsa_tag_region_begin(const char *tag, unsigned flags);
+XSA_API xsa_status xsa_tag_region_end(void);
+/* Pauses / resumes every pool tagged `tag` (NULL: every tag). */
+XSA_API xsa_status xsa_pause(const char *tag, unsigned flags);
+XSA_API xsa_status xsa_resume(const char *tag);
+/* *bytes: the page bytes the paused pools tagged `tag` (NULL: all) of
+ * `device` released. */
+XSA_API xsa_status xsa_paused_bytes(int device, const char *tag, size_t *bytes);
+/* *host: the host copy of [ptr, ptr+size), inside one live allocation that
+ * has a backup (while paused, or after a resume with retention on), else
+ * NULL. XSA_ERROR_INVALID_POINTER if no live allocation holds ptr;
+ * XSA_ERROR_INVALID_VALUE if the range passes the copy's end. */
+XSA_API xsa_status xsa_cpu_backup(const void *ptr, size_t size, void **host);
+/* Retention (read at resume; default 0): the host copies stay after
+ * xsa_resume, and the next pause refreshes them in place, at the same
+ * addresses, instead of taking new host memory; 0 releases them at resume. */
+XSA_API xsa_status xsa_set_backup_retention(int retain);
+XSA_API xsa_status xsa_get_backup_retention(int *retain);
+
 /* ---- Several GPUs: peer access ----
  *
  * Grants device `peer` read/write on every mapped page of `device`'s
