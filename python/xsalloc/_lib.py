@@ -54,6 +54,7 @@ class DeviceStats(ctypes.Structure):
         + [(name, ctypes.c_int64) for name in _COUNTERS]
         + [("oversize_allocations", _Stat), ("oversize_segments", _Stat), ("max_split_size", ctypes.c_int64)]
         + [(name, ctypes.c_int64) for name in _EXTRA]
+        + [("paused_bytes", _Stat)]
     )
 
     def as_nested_dict(self):
