@@ -25,6 +25,7 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/state.h"
 
 #define ARENA_BYTES ((size_t)256 << 20)
@@ -199,8 +200,7 @@ xsa_pool_status xsa_backup_take(xsa_pool *p, xsa_mempool *mp, bool mmapped, char
     if (!t.blocks || !t.fresh) {
         free(t.blocks);
         free(t.fresh);
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
+        return xsa_pool_host_oom(p->device, err, errlen);
     }
     size_t i = 0;
     FOR_ALLOCATED(p, mp, b) t.blocks[i++] = b;

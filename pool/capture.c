@@ -19,6 +19,7 @@
 
 #include "pool/capture_reuse.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/events.h"
 #include "pool/mempool.h"
 #include "pool/release.h"
@@ -26,25 +27,14 @@
 
 static bool is_private(xsa_mempool_id id) { return id.first != 0 || id.second != 0; }
 
-static xsa_pool_status invalid(const xsa_pool *p, const char *what, xsa_mempool_id id, const char *why, char *err,
-                               size_t errlen) {
-    snprintf(err, errlen, "%s(device %d, pool (%llu, %llu)): %s", what, p->device, (unsigned long long)id.first,
-             (unsigned long long)id.second, why);
-    return XSA_POOL_INVALID;
-}
-
-static xsa_pool_status host_oom(const xsa_pool *p, char *err, size_t errlen) {
-    snprintf(err, errlen, "device %d: out of host memory", p->device);
-    return XSA_POOL_HOST_OOM;
-}
-
 xsa_pool_status xsa_pool_mempool_create(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen) {
-    if (!is_private(id)) return invalid(p, "xsa_mempool_create", id, "(0, 0) is the device's own cache", err, errlen);
+    if (!is_private(id)) return xsa_pool_invalid_pool(p->device, "xsa_mempool_create", id, "(0, 0) is the device's own cache",
+        err, errlen);
     xsa_mempool *mp = xsa_mempool_find(p, id);
     if (mp)
         mp->use_count++;
     else if (!xsa_mempool_new(p, id))
-        return host_oom(p, err, errlen);
+        return xsa_pool_host_oom(p->device, err, errlen);
     return XSA_POOL_OK;
 }
 
@@ -57,12 +47,15 @@ static void release_kept(xsa_pool *p, xsa_mempool *kept) {
 
 xsa_pool_status xsa_pool_mempool_release(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen) {
     const char *what = "xsa_mempool_release";
-    if (!is_private(id)) return invalid(p, what, id, "(0, 0) is the device's own cache", err, errlen);
+    if (!is_private(id)) return xsa_pool_invalid_pool(p->device, what, id, "(0, 0) is the device's own cache", err,
+                                                      errlen);
     xsa_mempool *mp = xsa_mempool_find(p, id);
-    if (!mp || xsa_mempool_released(mp)) return invalid(p, what, id, "no such pool in use", err, errlen);
+    if (!mp || xsa_mempool_released(mp)) return xsa_pool_invalid_pool(p->device, what, id, "no such pool in use",
+                                                                      err, errlen);
     /* Allocations routed to a released pool would never return its memory. */
     if (mp->use_count == 1 && xsa_mempool_route_index(p, mp) >= 0)
-        return invalid(p, what, id, "its last use is a routing: end it first (xsa_end_allocate_to_pool)", err, errlen);
+        return xsa_pool_invalid_pool(p->device, what, id,
+                                     "its last use is a routing: end it first (xsa_end_allocate_to_pool)", err, errlen);
     mp->use_count--;
     if (xsa_mempool_released(mp)) xsa_mempool_drop_kept(p, mp, release_kept);
     return xsa_release_mempool(p, mp, err, errlen);
@@ -71,14 +64,16 @@ xsa_pool_status xsa_pool_mempool_release(xsa_pool *p, xsa_mempool_id id, char *e
 xsa_pool_status xsa_pool_begin_allocate_to_pool(xsa_pool *p, xsa_mempool_id id, xsa_stream_filter filter, void *ctx,
                                                 bool capture, char *err, size_t errlen) {
     const char *what = "xsa_begin_allocate_to_pool";
-    if (!is_private(id)) return invalid(p, what, id, "(0, 0) is the device's own cache", err, errlen);
+    if (!is_private(id)) return xsa_pool_invalid_pool(p->device, what, id, "(0, 0) is the device's own cache", err,
+                                                      errlen);
     xsa_mempool *mp = xsa_mempool_find(p, id);
-    if (mp && xsa_mempool_route_index(p, mp) >= 0) return invalid(p, what, id, "already routed to", err, errlen);
+    if (mp && xsa_mempool_route_index(p, mp) >= 0) return xsa_pool_invalid_pool(p->device, what, id,
+                                                                                "already routed to", err, errlen);
     bool created = !mp;
-    if (created && !(mp = xsa_mempool_new(p, id))) return host_oom(p, err, errlen);
+    if (created && !(mp = xsa_mempool_new(p, id))) return xsa_pool_host_oom(p->device, err, errlen);
     if (!xsa_mempool_add_route(p, mp, filter, ctx, capture)) {
         if (created) xsa_mempool_delete(p, mp);
-        return host_oom(p, err, errlen);
+        return xsa_pool_host_oom(p->device, err, errlen);
     }
     if (!created) mp->use_count++;
     return XSA_POOL_OK;
@@ -123,7 +118,8 @@ static xsa_pool_status capture_over(xsa_pool *p, char *err, size_t errlen) {
 xsa_pool_status xsa_pool_end_allocate_to_pool(xsa_pool *p, xsa_mempool_id id, char *err, size_t errlen) {
     xsa_mempool *mp = is_private(id) ? xsa_mempool_find(p, id) : NULL;
     int i = mp ? xsa_mempool_route_index(p, mp) : -1;
-    if (i < 0) return invalid(p, "xsa_end_allocate_to_pool", id, "no routing to this pool", err, errlen);
+    if (i < 0) return xsa_pool_invalid_pool(p->device, "xsa_end_allocate_to_pool", id, "no routing to this pool",
+                                            err, errlen);
     xsa_mempool_remove_route(p, i);
     return p->capturing ? XSA_POOL_OK : capture_over(p, err, errlen);
 }

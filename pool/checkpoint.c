@@ -37,29 +37,20 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/events.h"
 #include "pool/mempool.h"
 #include "pool/ptr_map.h"
 #include "pool/state.h"
 #include "pool/trace.h"
 
-static xsa_pool_status host_oom(const xsa_pool *p, char *err, size_t errlen) {
-    snprintf(err, errlen, "device %d: out of host memory", p->device);
-    return XSA_POOL_HOST_OOM;
-}
-
-static xsa_pool_status invalid(const xsa_pool *p, const char *what, xsa_mempool_id id, const char *why, char *err,
-                               size_t errlen) {
-    snprintf(err, errlen, "%s(device %d, pool (%llu, %llu)): %s", what, p->device, (unsigned long long)id.first,
-             (unsigned long long)id.second, why);
-    return XSA_POOL_INVALID;
-}
-
 /* The private memory pool id, or NULL with err set. */
 static xsa_mempool *private_pool(xsa_pool *p, const char *what, xsa_mempool_id id, char *err, size_t errlen) {
     bool private = id.first || id.second;
     xsa_mempool *mp = private ? xsa_mempool_find(p, id) : NULL;
-    if (!mp) invalid(p, what, id, private ? "no such pool" : "(0, 0) is the device's own cache", err, errlen);
+    if (!mp)
+        xsa_pool_invalid_pool(p->device, what, id, private ? "no such pool" : "(0, 0) is the device's own cache", err,
+                              errlen);
     return mp;
 }
 
@@ -79,7 +70,7 @@ xsa_pool_status xsa_pool_mempool_checkpoint(xsa_pool *p, xsa_mempool_id id, xsa_
         for (const xsa_block *b = s->mp == mp ? s->first : NULL; b; b = b->next) count += b->allocated;
     if (!count) return XSA_POOL_OK;
     xsa_live_block *blocks = malloc(count * sizeof *blocks);
-    if (!blocks) return host_oom(p, err, errlen);
+    if (!blocks) return xsa_pool_host_oom(p->device, err, errlen);
     size_t i = 0;
     for (const xsa_seg *s = p->segments; s; s = s->next_seg)
         for (const xsa_block *b = s->mp == mp ? s->first : NULL; b; b = b->next)
@@ -171,11 +162,13 @@ static xsa_pool_status make_plan(xsa_pool *p, xsa_mempool_id id, const xsa_live_
                                  char *err, size_t errlen) {
     const char *what = "xsa_mempool_restore";
     if (!(pl->mp = private_pool(p, what, id, err, errlen))) return XSA_POOL_INVALID;
-    if (xsa_mempool_released(pl->mp)) return invalid(p, what, id, "the pool is released", err, errlen);
+    if (xsa_mempool_released(pl->mp)) return xsa_pool_invalid_pool(p->device, what, id, "the pool is released", err,
+                                                                   errlen);
     if (xsa_mempool_route_index(p, pl->mp) >= 0)
-        return invalid(p, what, id, "allocations are being routed to it (end that first)", err, errlen);
+        return xsa_pool_invalid_pool(p->device, what, id, "allocations are being routed to it (end that first)", err,
+                                     errlen);
     if (n) {
-        if (!(pl->set = malloc(n * sizeof *pl->set))) return host_oom(p, err, errlen);
+        if (!(pl->set = malloc(n * sizeof *pl->set))) return xsa_pool_host_oom(p->device, err, errlen);
         for (size_t i = 0; i < n; i++) pl->set[i] = live[i];
         pl->n = n;
         qsort(pl->set, n, sizeof *pl->set, by_address);
@@ -186,7 +179,8 @@ static xsa_pool_status make_plan(xsa_pool *p, xsa_mempool_id id, const xsa_live_
     }
     scan_allocations(p, pl);
     if ((pl->wait_events || pl->sync_uses) && p->capturing)
-        return invalid(p, what, id, "memory it frees or hands out may still be in use on other streams, which "
+        return xsa_pool_invalid_pool(p->device, what, id,
+                                     "memory it frees or hands out may still be in use on other streams, which "
                                     "cannot be waited for while a capture is under way", err, errlen);
     return XSA_POOL_OK;
 }
@@ -194,10 +188,10 @@ static xsa_pool_status make_plan(xsa_pool *p, xsa_mempool_id id, const xsa_live_
 /* Room for step 3: it allocates nothing. */
 static xsa_pool_status make_room(xsa_pool *p, const plan *pl, xsa_restore_delta *d, char *err, size_t errlen) {
     if (!xsa_ptr_map_reserve(&p->allocated, pl->n_new) || !xsa_block_cache_reserve(&p->blocks, 2 * pl->n_new))
-        return host_oom(p, err, errlen);
+        return xsa_pool_host_oom(p->device, err, errlen);
     d->freed = pl->n_live ? malloc(pl->n_live * sizeof *d->freed) : NULL;
     d->allocated = pl->n_new ? malloc(pl->n_new * sizeof *d->allocated) : NULL;
-    if ((pl->n_live && !d->freed) || (pl->n_new && !d->allocated)) return host_oom(p, err, errlen);
+    if ((pl->n_live && !d->freed) || (pl->n_new && !d->allocated)) return xsa_pool_host_oom(p->device, err, errlen);
     return XSA_POOL_OK;
 }
 

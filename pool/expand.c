@@ -18,6 +18,7 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/pages.h"
 #include "pool/recycle.h"
 #include "pool/state.h"
@@ -124,10 +125,7 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     free(chunks);
     if (r != XSA_CU_SUCCESS) {
         xsa_recycle_undo(p, mark);
-        if (!m) {
-            snprintf(err, errlen, "device %d: out of host memory", p->device);
-            return XSA_POOL_HOST_OOM;
-        }
+        if (!m) return xsa_pool_host_oom(p->device, err, errlen);
         if (m != u) xsa_pool_absorb(p, u, m); /* give the carved range back to u */
         if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return XSA_POOL_OOM;
         xsa_pool_driver_error(p, "mapping pages (cuMemCreate/cuMemMap/cuMemSetAccess)", r, err, errlen);

@@ -27,6 +27,7 @@
 
 #include <stdio.h>
 
+#include "pool/errors.h"
 #include "pool/mempool.h"
 #include "pool/state.h"
 
@@ -56,28 +57,21 @@ xsa_cu_result xsa_classic_free(xsa_pool *p, const xsa_seg *s) {
 
 /* ---- the calls ---- */
 
-static xsa_pool_status refuse(const xsa_pool *p, const char *what, xsa_mempool_id id, const char *why, char *err,
-                              size_t errlen) {
-    snprintf(err, errlen, "%s(device %d, pool (%llu, %llu)): %s", what, p->device, (unsigned long long)id.first,
-             (unsigned long long)id.second, why);
-    return XSA_POOL_INVALID;
-}
-
 xsa_pool_status xsa_pool_mempool_create_with(xsa_pool *p, xsa_mempool_id id, const xsa_mempool_allocator *allocator,
                                              char *err, size_t errlen) {
     const char *what = "xsa_mempool_create_with_allocator";
-    if (!id.first && !id.second) return refuse(p, what, id, "(0, 0) is the device's own cache", err, errlen);
+    if (!id.first && !id.second) return xsa_pool_invalid_pool(p->device, what, id, "(0, 0) is the device's own cache",
+        err, errlen);
     if (!allocator || !allocator->alloc || !allocator->free)
-        return refuse(p, what, id, "the allocator needs both an alloc and a free function", err, errlen);
+        return xsa_pool_invalid_pool(p->device, what, id, "the allocator needs both an alloc and a free function",
+                                     err, errlen);
     /* PyTorch asserts the same: the memory of a pool comes from one place. */
     if (xsa_mempool_find(p, id))
-        return refuse(p, what, id, "the pool exists already; its allocator is given when it is created", err,
+        return xsa_pool_invalid_pool(p->device, what, id,
+                                     "the pool exists already; its allocator is given when it is created", err,
                       errlen);
     xsa_mempool *mp = xsa_mempool_new(p, id);
-    if (!mp) {
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
-    }
+    if (!mp) return xsa_pool_host_oom(p->device, err, errlen);
     mp->allocator = *allocator;
     return XSA_POOL_OK;
 }
@@ -87,7 +81,8 @@ static xsa_mempool *pool_in_use(xsa_pool *p, const char *what, xsa_mempool_id id
     bool private = id.first || id.second;
     xsa_mempool *mp = private ? xsa_mempool_find(p, id) : NULL;
     if (mp && !xsa_mempool_released(mp)) return mp;
-    refuse(p, what, id, private ? "no such pool in use" : "(0, 0) is the device's own cache", err, errlen);
+    xsa_pool_invalid_pool(p->device, what, id, private ? "no such pool in use" : "(0, 0) is the device's own cache",
+                          err, errlen);
     return NULL;
 }
 
@@ -106,7 +101,8 @@ xsa_pool_status xsa_pool_mempool_set_no_split(xsa_pool *p, xsa_mempool_id id, bo
     if (!mp) return XSA_POOL_INVALID;
     /* Its segments' split rules stay right, and no block split before stays. */
     if (mp->segments && mp->no_split != no_split)
-        return refuse(p, what, id, "the pool holds memory already: set no_split before its first allocation", err,
+        return xsa_pool_invalid_pool(p->device, what, id,
+                                     "the pool holds memory already: set no_split before its first allocation", err,
                       errlen);
     mp->no_split = no_split;
     return XSA_POOL_OK;

@@ -12,6 +12,7 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/state.h"
 #include "pool/trace.h"
 
@@ -64,8 +65,7 @@ xsa_pool_status xsa_pages_isolate(xsa_pool *p, xsa_block *b, uintptr_t lo, uintp
     if ((lo > b->ptr && !(head = xsa_block_new(&p->blocks))) ||
         (hi < b->ptr + b->size && !(tail = xsa_block_new(&p->blocks)))) {
         if (head) xsa_block_delete(&p->blocks, head);
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
+        return xsa_pool_host_oom(p->device, err, errlen);
     }
     xsa_pool_erase_free(p, b);
     uintptr_t b_end = b->ptr + b->size;

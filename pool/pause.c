@@ -43,6 +43,7 @@
 #include "pool/backup.h"
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/events.h"
 #include "pool/free_set.h"
 #include "pool/grow.h"
@@ -59,11 +60,6 @@
 static xsa_pool_status invalid(const xsa_pool *p, char *err, size_t errlen, const char *why) {
     snprintf(err, errlen, "device %d: %s", p->device, why);
     return XSA_POOL_INVALID;
-}
-
-static xsa_pool_status host_oom(const xsa_pool *p, char *err, size_t errlen) {
-    snprintf(err, errlen, "device %d: out of host memory", p->device);
-    return XSA_POOL_HOST_OOM;
 }
 
 static bool tagged_as(const xsa_mempool *mp, uint32_t tag) { return mp->tag && (!tag || mp->tag == tag); }
@@ -236,7 +232,7 @@ static xsa_pool_status wait_for_work(xsa_pool *p, const pool_set *set, unsigned 
         size_t n;
         if (!streams_of(p, set, &streams, &n)) {
             free(streams);
-            return host_oom(p, err, errlen);
+            return xsa_pool_host_oom(p->device, err, errlen);
         }
         for (size_t i = 0; i < n; i++)
             if ((r = XSA_DRV(p->drv, stream_synchronize, streams[i])) != XSA_CU_SUCCESS) {
@@ -346,7 +342,7 @@ static xsa_pool_status unmap_runs(xsa_pool *p, const pool_set *set, runs *rs, ch
     }
     if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
     for (size_t i = rs->n; i-- > 0;) map_back(&rs->run[i]);
-    if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return host_oom(p, err, errlen);
+    if (r == XSA_CU_ERROR_OUT_OF_MEMORY) return xsa_pool_host_oom(p->device, err, errlen);
     xsa_pool_driver_error(p, "cuMemUnmap", r, err, errlen);
     return XSA_POOL_DRIVER_ERROR;
 }
@@ -376,7 +372,7 @@ static void commit_pause(xsa_pool *p, xsa_seg *s, size_t pages) {
 
 xsa_pool_status xsa_pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *err, size_t errlen) {
     pool_set set;
-    if (!collect(p, tag, false, &set)) return host_oom(p, err, errlen);
+    if (!collect(p, tag, false, &set)) return xsa_pool_host_oom(p->device, err, errlen);
     xsa_pool_status st = XSA_POOL_OK;
     if (set.n && p->capturing)
         st = invalid(p, err, errlen,
@@ -466,7 +462,7 @@ static xsa_pool_status map_all(xsa_pool *p, const pool_set *set, size_t pages, c
 
 xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err, size_t errlen) {
     pool_set set;
-    if (!collect(p, tag, true, &set)) return host_oom(p, err, errlen);
+    if (!collect(p, tag, true, &set)) return xsa_pool_host_oom(p->device, err, errlen);
     if (!set.n) {
         free(set.mp);
         return XSA_POOL_OK;

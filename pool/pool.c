@@ -9,6 +9,7 @@
 #include "pool/block.h"
 #include "pool/capture_reuse.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/events.h"
 #include "pool/expand.h"
 #include "pool/free_set.h"
@@ -417,10 +418,7 @@ static inline xsa_pool_status pool_malloc(xsa_pool *p, xsa_mempool *fallback, si
         oom_report(p, size, stream, err, errlen);
         return XSA_POOL_OOM;
     }
-    if (!xsa_ptr_map_reserve_one(&p->allocated)) {
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
-    }
+    if (!xsa_ptr_map_reserve_one(&p->allocated)) return xsa_pool_host_oom(p->device, err, errlen);
     /* A call only when events wait; none during a capture (a query of an
      * event recorded in it would invalidate it). */
     if (p->events.outstanding && !p->capturing) xsa_events_poll(&p->events, xsa_pool_block_done, p);
@@ -456,10 +454,7 @@ static inline xsa_pool_status pool_malloc(xsa_pool *p, xsa_mempool *fallback, si
         fresh = !lent;
     }
     a = fresh ? alloc_new_block(p, b, rounded, size) : alloc_cached_block(p, b, rounded, size);
-    if (!a) {
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
-    }
+    if (!a) return xsa_pool_host_oom(p->device, err, errlen);
     if (capture) a->capture_id = capture;
     XSA_OBSERVE(p, XSA_OBS_ALLOC, kind, a->ptr, size, a->size, stream);
     *out = (void *)a->ptr;
@@ -474,10 +469,7 @@ xsa_pool_status xsa_pool_malloc_in_region(xsa_pool *p, xsa_mempool_id region, ui
                                           xsa_stream stream, void **out, char *err, size_t errlen) {
     xsa_mempool *mp = xsa_mempool_find(p, region);
     if (!mp) {
-        if (!(mp = xsa_mempool_new(p, region))) {
-            snprintf(err, errlen, "device %d: out of host memory", p->device);
-            return XSA_POOL_HOST_OOM;
-        }
+        if (!(mp = xsa_mempool_new(p, region))) return xsa_pool_host_oom(p->device, err, errlen);
         xsa_pool_status st = xsa_pause_set_tag(p, region, tag, flags, err, errlen);
         if (st != XSA_POOL_OK) {
             xsa_mempool_delete(p, mp);
@@ -521,8 +513,7 @@ static xsa_pool_status wait_for_uses(xsa_pool *p, xsa_block *b, char *err, size_
             xsa_capture_reuse_free(p, b); /* or sooner, once the graph orders the uses */
             return XSA_POOL_OK;
         }
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
+        return xsa_pool_host_oom(p->device, err, errlen);
     }
     const char *call = "";
     xsa_cu_result r = xsa_events_record_uses(&p->events, b, &call);
@@ -544,8 +535,7 @@ static __attribute__((noinline, cold)) void free_released(xsa_pool *p, xsa_mempo
 static __attribute__((noinline, cold)) xsa_pool_status keep_released(xsa_pool *p, xsa_mempool *mp, char *err,
                                                                     size_t errlen) {
     if (xsa_mempool_keep(p, mp)) return XSA_POOL_OK;
-    snprintf(err, errlen, "device %d: out of host memory", p->device);
-    return XSA_POOL_HOST_OOM;
+    return xsa_pool_host_oom(p->device, err, errlen);
 }
 
 /* A block of a paused memory pool was freed (pool/pause.c); if the pool
@@ -588,10 +578,7 @@ xsa_pool_status xsa_pool_record_stream(xsa_pool *p, void *ptr, xsa_stream stream
     xsa_block *b = xsa_ptr_map_get(&p->allocated, (uintptr_t)ptr);
     if (!b) return bad_pointer(p, "xsa_record_stream", ptr, err, errlen);
     if (stream == b->stream) return XSA_POOL_OK; /* uses on the allocation stream need no event */
-    if (!xsa_block_add_stream_use(b, stream)) {
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
-    }
+    if (!xsa_block_add_stream_use(b, stream)) return xsa_pool_host_oom(p->device, err, errlen);
     XSA_OBSERVE(p, XSA_OBS_RECORD_STREAM, b->seg->kind, b->ptr, b->requested, b->size, stream);
     return XSA_POOL_OK;
 }

@@ -28,6 +28,7 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/errors.h"
 #include "pool/events.h"
 #include "pool/free_set.h"
 #include "pool/ipc.h"
@@ -73,10 +74,7 @@ static xsa_pool_status release_kind(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind 
     size_t n = set->count;
     if (n == 0) return XSA_POOL_OK;
     xsa_block **blocks = malloc(n * sizeof *blocks);
-    if (!blocks) {
-        snprintf(err, errlen, "device %d: out of host memory", p->device);
-        return XSA_POOL_HOST_OOM;
-    }
+    if (!blocks) return xsa_pool_host_oom(p->device, err, errlen);
     size_t i = 0;
     for (xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b)) blocks[i++] = b;
     xsa_pool_status st = XSA_POOL_OK;

@@ -5,7 +5,7 @@
  * each file's calls are in its own header.
  *
  * Design: the files are in layers, each calling only those below it.
- *   core:     block.c, free_set.c, ptr_map.c, events.c, ipc_state.c,
+ *   core:     errors.c (refusals' sentences), block.c, free_set.c, ptr_map.c, events.c, ipc_state.c,
  *             trace.c (observation points), stats.c, mempool.c (memory
  *             pool records and routing), own_allocator.c (memory pools
  *             with an allocator of their own, their flags, the memory of

@@ -45,7 +45,7 @@ def driver_name():
 
 def memory_stats_as_nested_dict(device=0):
     """torch.cuda.memory_stats_as_nested_dict()'s layout for `device`, plus
-    num_pages_mapped / num_pages_unmapped / num_pages_recycled."""
+    num_pages_mapped / num_pages_unmapped / num_pages_recycled and paused_bytes (xsa_pause)."""
     return load().stats(device).as_nested_dict()
 
 

@@ -68,6 +68,7 @@ class DeviceStats(ctypes.Structure):
             out[name] = {pool: stat(getattr(self, name)[i]) for i, pool in enumerate(_POOLS)}
         out["oversize_allocations"] = stat(self.oversize_allocations)
         out["oversize_segments"] = stat(self.oversize_segments)
+        out["paused_bytes"] = stat(self.paused_bytes)
         return out
 
 

@@ -88,13 +88,6 @@ static void test_routing_by_filter(void **state) {
     run_both(routing_by_filter);
 }
 
-/* A refused call changes nothing: the checker runs after each. */
-#define REFUSED(call)                                  \
-    do {                                               \
-        assert_int_equal((call), XSA_POOL_INVALID);    \
-        CHECK(p);                                      \
-    } while (0)
-
 static void test_bad_calls(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, NULL);

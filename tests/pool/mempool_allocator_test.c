@@ -596,11 +596,6 @@ static void test_allocator_called_relaxed_during_capture(void **state) {
 
 /* ---- refused calls ---- */
 
-#define REFUSED(call)                                  \
-    do {                                               \
-        assert_int_equal((call), XSA_POOL_INVALID);    \
-        CHECK(p);                                      \
-    } while (0)
 
 static void test_bad_calls(void **state) {
     (void)state;

@@ -54,6 +54,13 @@ void pool_begin(xsa_pool *p, xsa_mempool_id id, void *stream, bool capture);
 void pool_end(xsa_pool *p, xsa_mempool_id id);
 /* Drops a use of memory pool id (xsa_pool_mempool_release). */
 void pool_drop(xsa_pool *p, xsa_mempool_id id);
+/* A call the pool must refuse (XSA_POOL_INVALID) without changing
+ * anything: the checkers run after it. Needs a pool `p` in scope. */
+#define REFUSED(call)                                  \
+    do {                                               \
+        assert_int_equal((call), XSA_POOL_INVALID);    \
+        CHECK(p);                                      \
+    } while (0)
 /* Destroys the pool; the simulated driver must then hold nothing. */
 void teardown(xsa_pool *p);
 
