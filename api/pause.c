@@ -42,6 +42,7 @@ static uint32_t n_names, cap_names;
 
 typedef struct region {
     uint32_t tag, flags;
+    char name[TAG_MAX + 1];
 } region;
 
 static _Thread_local region regions[REGION_DEPTH];
@@ -92,7 +93,7 @@ xsa_status xsa_mempool_set_tag(int device, xsa_mempool_id id, const char *tag, u
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
     if ((st = xsa_api_lock("xsa_mempool_set_tag", device, true, &p)) != XSA_SUCCESS) return st;
-    xsa_pool_status ps = xsa_pause_set_tag(p, id, number, flags, xsa_error_buffer(), XSA_ERROR_MAX);
+    xsa_pool_status ps = xsa_pause_set_tag(p, id, number, tag, flags, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
 }
@@ -103,7 +104,9 @@ xsa_status xsa_tag_region_begin(const char *tag, unsigned flags) {
     if (st != XSA_SUCCESS) return st;
     if (depth == REGION_DEPTH)
         return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_tag_region_begin: regions nest %d deep at most", REGION_DEPTH);
-    regions[depth++] = (region){number, flags};
+    region *r = &regions[depth++];
+    *r = (region){number, flags, ""};
+    snprintf(r->name, sizeof r->name, "%s", tag);
     if (depth == 1) atomic_fetch_add(&xsa_regions_open, 1);
     return xsa_ok();
 }
@@ -116,9 +119,9 @@ xsa_status xsa_tag_region_end(void) {
 
 xsa_pool_status xsa_region_malloc(xsa_pool *p, size_t size, void *stream, void **out, char *err, size_t errlen) {
     if (depth == 0) return xsa_pool_malloc(p, size, stream, out, err, errlen);
-    region r = regions[depth - 1];
-    xsa_mempool_id id = {XSA_REGION_POOL, (uint64_t)r.flags << 32 | r.tag};
-    return xsa_pool_malloc_in_region(p, id, r.tag, r.flags, size, stream, out, err, errlen);
+    const region *r = &regions[depth - 1];
+    xsa_mempool_id id = {XSA_REGION_POOL, (uint64_t)r->flags << 32 | r->tag};
+    return xsa_pool_malloc_in_region(p, id, r->tag, r->name, r->flags, size, stream, out, err, errlen);
 }
 
 /* The pool-level tag of `tag` (0: every tag); false for a name never used

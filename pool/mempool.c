@@ -64,7 +64,9 @@ bool xsa_mempool_in_use(const xsa_pool *p, const xsa_mempool *mp) {
 }
 
 xsa_mempool *xsa_mempool_route(xsa_pool *p, xsa_stream stream) {
-    for (int i = 0; i < p->n_routes; i++) { /* oldest first, as PyTorch's captures_underway */
+    /* Newest first, as PyTorch 2.10 and later search captures_underway
+     * (LIFO), so that a nested torch.cuda.use_mem_pool wins. */
+    for (int i = p->n_routes - 1; i >= 0; i--) {
         const xsa_route *r = &p->routes[i];
         if (!r->filter || r->filter(r->ctx, stream)) return r->mp;
     }

@@ -82,8 +82,8 @@ static bool device_has_vmm(xsa_pool *p) {
     return p->vmm == 1;
 }
 
-xsa_pool_status xsa_pause_set_tag(xsa_pool *p, xsa_mempool_id id, uint32_t tag, uint32_t flags, char *err,
-                                  size_t errlen) {
+xsa_pool_status xsa_pause_set_tag(xsa_pool *p, xsa_mempool_id id, uint32_t tag, const char *name, uint32_t flags,
+                                  char *err, size_t errlen) {
     xsa_mempool *mp = xsa_mempool_find(p, id);
     if (!mp || xsa_mempool_is_global(p, mp) || xsa_mempool_released(mp))
         return invalid(p, err, errlen, "no such memory pool in use (tags go on MemPools and graph pools)");
@@ -99,6 +99,7 @@ xsa_pool_status xsa_pause_set_tag(xsa_pool *p, xsa_mempool_id id, uint32_t tag, 
     }
     mp->tag = tag;
     mp->tag_flags = flags;
+    snprintf(mp->tag_name, sizeof mp->tag_name, "%s", name);
     return XSA_POOL_OK;
 }
 
@@ -450,7 +451,9 @@ static xsa_pool_status resume_oom(xsa_pool *p, size_t bytes, const char *why, ch
  * device's) is XSA_POOL_OOM with the report in err. */
 static xsa_pool_status map_all(xsa_pool *p, const pool_set *set, size_t pages, char *err, size_t errlen) {
     if (p->reserved + pages * p->page_size > p->allowed_max)
-        return resume_oom(p, pages * p->page_size, "past the memory fraction", err, errlen);
+        return resume_oom(p, pages * p->page_size,
+                          p->opt.memory_fraction < 1.0 ? "past the memory fraction" : "more than the device holds", err,
+                          errlen);
     xsa_cu_result r = XSA_CU_SUCCESS;
     FOR_SEGMENTS(p, set, s) if (r == XSA_CU_SUCCESS) r = map_segment(p, s);
     if (r == XSA_CU_SUCCESS) return XSA_POOL_OK;
@@ -506,8 +509,8 @@ xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err
 
 xsa_pool_status xsa_pause_refuse(const xsa_pool *p, const xsa_mempool *mp, char *err, size_t errlen) {
     snprintf(err, errlen,
-             "device %d: memory pool (%llu, %llu) is paused (tag %u): resume it before allocating in it",
-             p->device, (unsigned long long)mp->id.first, (unsigned long long)mp->id.second, mp->tag);
+             "device %d: memory pool (%llu, %llu), tagged '%s', is paused: resume it before allocating in it",
+             p->device, (unsigned long long)mp->id.first, (unsigned long long)mp->id.second, mp->tag_name);
     return XSA_POOL_INVALID;
 }
 

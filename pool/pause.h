@@ -12,9 +12,10 @@
 
 #include "pool/state.h"
 
-/* Tags memory pool `id` with `tag` (> 0) and XSA_TAG_* flags. */
-xsa_pool_status xsa_pause_set_tag(xsa_pool *p, xsa_mempool_id id, uint32_t tag, uint32_t flags, char *err,
-                                  size_t errlen);
+/* Tags memory pool `id` with `tag` (> 0), named `name` in messages, and
+ * XSA_TAG_* flags. */
+xsa_pool_status xsa_pause_set_tag(xsa_pool *p, xsa_mempool_id id, uint32_t tag, const char *name, uint32_t flags,
+                                  char *err, size_t errlen);
 
 /* Pauses every memory pool tagged `tag` (0: every tagged pool) that is not
  * paused, with XSA_PAUSE_* flags. All or nothing. */

@@ -465,12 +465,13 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
     return pool_malloc(p, &p->global, size, stream, out, err, errlen);
 }
 
-xsa_pool_status xsa_pool_malloc_in_region(xsa_pool *p, xsa_mempool_id region, uint32_t tag, uint32_t flags, size_t size,
-                                          xsa_stream stream, void **out, char *err, size_t errlen) {
+xsa_pool_status xsa_pool_malloc_in_region(xsa_pool *p, xsa_mempool_id region, uint32_t tag, const char *name,
+                                          uint32_t flags, size_t size, xsa_stream stream, void **out, char *err,
+                                          size_t errlen) {
     xsa_mempool *mp = xsa_mempool_find(p, region);
     if (!mp) {
         if (!(mp = xsa_mempool_new(p, region))) return xsa_pool_host_oom(p->device, err, errlen);
-        xsa_pool_status st = xsa_pause_set_tag(p, region, tag, flags, err, errlen);
+        xsa_pool_status st = xsa_pause_set_tag(p, region, tag, name, flags, err, errlen);
         if (st != XSA_POOL_OK) {
             xsa_mempool_delete(p, mp);
             return st;

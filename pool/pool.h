@@ -65,8 +65,9 @@ xsa_pool_status xsa_pool_malloc(xsa_pool *p, size_t size, xsa_stream stream, voi
 /* malloc for a thread inside a tag region (xsa_tag_region_begin): a request
  * no routing takes goes to memory pool `region` (created on first use,
  * tagged `tag` with XSA_TAG_* flags) instead of the device's own. */
-xsa_pool_status xsa_pool_malloc_in_region(xsa_pool *p, xsa_mempool_id region, uint32_t tag, uint32_t flags, size_t size,
-                                          xsa_stream stream, void **out, char *err, size_t errlen);
+xsa_pool_status xsa_pool_malloc_in_region(xsa_pool *p, xsa_mempool_id region, uint32_t tag, const char *name,
+                                          uint32_t flags, size_t size, xsa_stream stream, void **out, char *err,
+                                          size_t errlen);
 xsa_pool_status xsa_pool_free(xsa_pool *p, void *ptr, char *err, size_t errlen);
 xsa_pool_status xsa_pool_record_stream(xsa_pool *p, void *ptr, xsa_stream stream, char *err, size_t errlen);
 /* Is ptr the start of a live allocation of this pool? */

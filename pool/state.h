@@ -70,6 +70,7 @@ typedef struct xsa_mempool {
      * kept). */
     uint32_t tag;
     uint32_t tag_flags;
+    char tag_name[64];         /* for messages */
     bool captured;
     bool paused;
     xsa_free_set free[XSA_POOL_KINDS];
@@ -165,7 +166,7 @@ struct xsa_pool {
     int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
     xsa_mempool global;        /* the device's own cache */
     xsa_mempool *mempools;     /* the others, newest first */
-    xsa_route *routes;         /* oldest first; the oldest accepting route wins */
+    xsa_route *routes;         /* oldest first; the newest accepting route wins */
     int n_routes, cap_routes;
     int capturing;             /* routes with capture set */
     /* Blocks freed during capture with uses on other streams: their

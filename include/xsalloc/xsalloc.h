@@ -152,7 +152,7 @@ XSA_API xsa_status xsa_mempool_release(int device, xsa_mempool_id id);
  * routes the allocations on `device` from streams that filter(ctx, stream)
  * accepts (every stream if filter is NULL) to it, until
  * xsa_end_allocate_to_pool. When several routings accept a stream, the one
- * begun first wins (as in PyTorch). As in PyTorch, a routing counts as a graph capture
+ * begun last wins (as in PyTorch 2.10 and later). As in PyTorch, a routing counts as a graph capture
  * under way: until it ends the device's allocator neither queries nor
  * waits for events (an event query would invalidate a capture), a miss
  * does not release cached memory, xsa_empty_cache leaves the device alone,

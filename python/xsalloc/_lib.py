@@ -58,7 +58,8 @@ class DeviceStats(ctypes.Structure):
     )
 
     def as_nested_dict(self):
-        """The layout of torch.cuda.memory_stats_as_nested_dict(), plus xsalloc's page counters."""
+        """The layout of torch.cuda.memory_stats_as_nested_dict(), plus xsalloc's page counters
+        and paused_bytes (the page bytes tagged pools released by pausing)."""
 
         def stat(s):
             return {"current": s.current, "peak": s.peak, "allocated": s.allocated, "freed": s.freed}
@@ -70,6 +71,19 @@ class DeviceStats(ctypes.Structure):
         out["oversize_segments"] = stat(self.oversize_segments)
         out["paused_bytes"] = stat(self.paused_bytes)
         return out
+
+
+class MempoolId(ctypes.Structure):
+    """xsa_mempool_id (PyTorch's MempoolId_t), passed by value."""
+
+    _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
+
+
+class LiveBlock(ctypes.Structure):
+    """xsa_live_block: a live block of a memory pool, as xsa_mempool_checkpoint lists it."""
+
+    _fields_ = [("ptr", ctypes.c_void_p), ("size", ctypes.c_size_t), ("requested", ctypes.c_size_t),
+                ("stream", ctypes.c_void_p)]
 
 
 _c = ctypes
@@ -108,6 +122,20 @@ _DECLS = {
     "xsa_torch_empty_cache": (None, []),
     "xsa_torch_set_memory_fraction": (None, [_c.c_double, _c.c_int]),
     "xsa_torch_base_alloc": (_c.c_void_p, [_c.c_void_p, _c.POINTER(_c.c_size_t)]),
+    "xsa_mempool_create": (_c.c_int, [_c.c_int, MempoolId]),
+    "xsa_mempool_release": (_c.c_int, [_c.c_int, MempoolId]),
+    "xsa_mempool_checkpoint": (_c.c_int, [_c.c_int, MempoolId, _c.POINTER(_c.POINTER(LiveBlock)),
+                                          _c.POINTER(_c.c_size_t)]),
+    # Pausing and resuming tagged memory (xsalloc.elastic)
+    "xsa_mempool_set_tag": (_c.c_int, [_c.c_int, MempoolId, _c.c_char_p, _c.c_uint]),
+    "xsa_tag_region_begin": (_c.c_int, [_c.c_char_p, _c.c_uint]),
+    "xsa_tag_region_end": (_c.c_int, []),
+    "xsa_pause": (_c.c_int, [_c.c_char_p, _c.c_uint]),
+    "xsa_resume": (_c.c_int, [_c.c_char_p]),
+    "xsa_paused_bytes": (_c.c_int, [_c.c_int, _c.c_char_p, _c.POINTER(_c.c_size_t)]),
+    "xsa_cpu_backup": (_c.c_int, [_c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_void_p)]),
+    "xsa_set_backup_retention": (_c.c_int, [_c.c_int]),
+    "xsa_get_backup_retention": (_c.c_int, [_c.POINTER(_c.c_int)]),
 }
 
 # The entry points PyTorch's CUDAPluggableAllocator hooks call, by setter name.
@@ -150,6 +178,15 @@ class Library:
     def address(self, name):
         """The C function's address, as PyTorch's allocator setters take it."""
         return ctypes.cast(getattr(self.cdll, name), ctypes.c_void_p).value
+
+    def function(self, name):
+        """The declared C function `name`; a library built before it existed is an XsallocError saying so."""
+        fn = getattr(self.cdll, name, None)
+        if fn is None:
+            raise XsallocError("XSA_ERROR_NOT_SUPPORTED", f"{self.path} has no {name}: it was built before "
+                               f"{name} existed; rebuild it (pip install --no-build-isolation ., or "
+                               "bazel build //api:libxsalloc.so)")
+        return fn
 
     def last_error(self):
         return self.cdll.xsa_last_error().decode(errors="replace")

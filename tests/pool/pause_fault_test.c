@@ -58,9 +58,9 @@ static void setup_workload(workload *w) {
     w->p = make_pool(256 * MiB, true, NULL);
     xsa_pool *p = w->p;
     assert_int_equal(xsa_pool_mempool_create(p, M1, err, sizeof err), XSA_POOL_OK);
-    assert_int_equal(xsa_pause_set_tag(p, M1, WEIGHTS, XSA_TAG_CPU_BACKUP, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(xsa_pause_set_tag(p, M1, WEIGHTS, "weights", XSA_TAG_CPU_BACKUP, err, sizeof err), XSA_POOL_OK);
     assert_int_equal(xsa_pool_mempool_create(p, M2, err, sizeof err), XSA_POOL_OK);
-    assert_int_equal(xsa_pause_set_tag(p, M2, KV, 0, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(xsa_pause_set_tag(p, M2, KV, "kv", 0, err, sizeof err), XSA_POOL_OK);
     w->w1 = alloc_in(p, M1, 5 * MiB, S1);
     w->w2 = alloc_in(p, M1, 3000, S2);
     w->kv = alloc_in(p, M2, 6 * MiB, S1);

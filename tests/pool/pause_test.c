@@ -26,7 +26,7 @@ enum { KV = 1, WEIGHTS = 2 };
 /* Memory pool id in use, tagged. */
 static void tagged_pool(xsa_pool *p, xsa_mempool_id id, uint32_t tag, uint32_t flags) {
     assert_int_equal(xsa_pool_mempool_create(p, id, err, sizeof err), XSA_POOL_OK);
-    assert_int_equal(xsa_pause_set_tag(p, id, tag, flags, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(xsa_pause_set_tag(p, id, tag, "tag", flags, err, sizeof err), XSA_POOL_OK);
     CHECK(p);
 }
 
@@ -386,17 +386,17 @@ static void test_tagging_rules(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, false, NULL);
     const xsa_mempool_id global = {0, 0}, missing = {0, 9};
-    assert_int_equal(xsa_pause_set_tag(p, global, KV, 0, err, sizeof err), XSA_POOL_INVALID);
-    assert_int_equal(xsa_pause_set_tag(p, missing, KV, 0, err, sizeof err), XSA_POOL_INVALID);
+    assert_int_equal(xsa_pause_set_tag(p, global, KV, "kv", 0, err, sizeof err), XSA_POOL_INVALID);
+    assert_int_equal(xsa_pause_set_tag(p, missing, KV, "kv", 0, err, sizeof err), XSA_POOL_INVALID);
     /* A pool with classic segments already cannot be tagged. */
     assert_int_equal(xsa_pool_mempool_create(p, M2, err, sizeof err), XSA_POOL_OK);
     void *c = alloc_in(p, M2, 1000, S1);
-    assert_int_equal(xsa_pause_set_tag(p, M2, KV, 0, err, sizeof err), XSA_POOL_UNSUPPORTED);
+    assert_int_equal(xsa_pause_set_tag(p, M2, KV, "kv", 0, err, sizeof err), XSA_POOL_UNSUPPORTED);
     assert_non_null(strstr(err, "classic"));
     /* A tagged pool has expandable segments in classic mode too. */
     tagged_pool(p, M1, KV, 0);
-    assert_int_equal(xsa_pause_set_tag(p, M1, WEIGHTS, 0, err, sizeof err), XSA_POOL_INVALID);
-    assert_int_equal(xsa_pause_set_tag(p, M1, KV, XSA_TAG_CPU_BACKUP, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(xsa_pause_set_tag(p, M1, WEIGHTS, "weights", 0, err, sizeof err), XSA_POOL_INVALID);
+    assert_int_equal(xsa_pause_set_tag(p, M1, KV, "kv", XSA_TAG_CPU_BACKUP, err, sizeof err), XSA_POOL_OK);
     void *t = alloc_in(p, M1, 1000, S1);
     xsa_pool_snapshot snap;
     assert_int_equal(xsa_pool_snapshot_take(p, &snap), XSA_POOL_OK);
@@ -409,7 +409,7 @@ static void test_tagging_rules(void **state) {
     for (size_t i = 0; i < snap.n_segments; i++) paused += snap.segments[i].paused;
     assert_int_equal(paused, 1);
     xsa_pool_snapshot_free(&snap);
-    assert_int_equal(xsa_pause_set_tag(p, M1, KV, 0, err, sizeof err), XSA_POOL_INVALID);
+    assert_int_equal(xsa_pause_set_tag(p, M1, KV, "kv", 0, err, sizeof err), XSA_POOL_INVALID);
     resume_ok(p, KV, false);
     release(p, t);
     release(p, c);

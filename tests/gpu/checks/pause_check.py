@@ -163,8 +163,8 @@ def case_graph():
     with torch.cuda.stream(s):
         (static_in * 2).sum()
     torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        pid = g.pool()
+    pid = torch.cuda.graph_pool_handle()  # g.pool() answers only after the capture
+    with torch.cuda.graph(g, pool=pid):
         call(c().xsa_mempool_set_tag, torch.cuda.current_device(), MempoolId(*pid), b"graph", 0)
         big = torch.ones(512 * MiB, device="cuda")  # 2 GiB of intermediates
         out = (big * static_in.sum()).sum() + static_in.sum()
