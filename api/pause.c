@@ -208,6 +208,17 @@ xsa_status xsa_cpu_backup(const void *ptr, size_t size, void **host) {
     return xsa_fail(XSA_ERROR_INVALID_POINTER, "xsa_cpu_backup(%p): not in a live allocation of xsalloc", ptr);
 }
 
+xsa_status xsa_last_pause_report(int device, int resume, xsa_pause_report *out) {
+    if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_last_pause_report: out is NULL");
+    *out = (xsa_pause_report){0};
+    xsa_pool *p;
+    xsa_status st = xsa_api_lock("xsa_last_pause_report", device, false, &p);
+    if (st != XSA_SUCCESS) return st;
+    if (p) *out = xsa_pause_last_report(p, resume != 0);
+    xsa_api_unlock(device);
+    return xsa_ok();
+}
+
 xsa_status xsa_set_backup_retention(int retain) {
     atomic_store(&retain_backups, retain != 0);
     return xsa_ok();

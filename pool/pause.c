@@ -256,6 +256,15 @@ static xsa_pool_status wait_for_work(xsa_pool *p, const pool_set *set, unsigned 
     return XSA_POOL_OK;
 }
 
+/* The requested bytes of mp's allocations (with a backup only, if `backed_up`). */
+static uint64_t live_bytes(const xsa_pool *p, const xsa_mempool *mp, bool backed_up) {
+    uint64_t bytes = 0;
+    for (const xsa_seg *s = p->segments; s; s = s->next_seg)
+        for (const xsa_block *b = s->first; b && s->mp == mp; b = b->next)
+            if (b->allocated && (!backed_up || b->backup)) bytes += b->requested;
+    return bytes;
+}
+
 static bool wants_backup(const xsa_mempool *mp, unsigned flags) {
     if (flags & XSA_PAUSE_DISCARD) return false;
     return (flags & XSA_PAUSE_BACKUP) || (mp->tag_flags & XSA_TAG_CPU_BACKUP);
@@ -263,13 +272,15 @@ static bool wants_backup(const xsa_mempool *mp, unsigned flags) {
 
 /* Step 2: the backups; none is kept on an error (nor stale ones of pools
  * paused without backup). */
-static xsa_pool_status back_up(xsa_pool *p, const pool_set *set, unsigned flags, char *err, size_t errlen) {
+static xsa_pool_status back_up(xsa_pool *p, const pool_set *set, unsigned flags, uint64_t *bytes, char *err,
+                               size_t errlen) {
     for (size_t i = 0; i < set->n; i++) {
         xsa_mempool *mp = set->mp[i];
         if (!wants_backup(mp, flags)) {
             xsa_backup_drop_all(p, mp);
             continue;
         }
+        *bytes += live_bytes(p, mp, false);
         xsa_pool_status st = xsa_backup_take(p, mp, mp->tag_flags & XSA_TAG_BACKUP_MMAP, err, errlen);
         if (st != XSA_POOL_OK) {
             for (size_t j = 0; j <= i; j++) xsa_backup_drop_all(p, set->mp[j]);
@@ -379,8 +390,12 @@ xsa_pool_status xsa_pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *e
         st = invalid(p, err, errlen,
                      "cannot pause while a graph capture or a memory pool routing (torch.cuda.use_mem_pool) is "
                      "under way: pause after it ends");
+    xsa_pause_report report = {.pools = (uint32_t)set.n};
+    uint64_t t0 = xsa_driver_now_ns();
     if (set.n && st == XSA_POOL_OK) st = wait_for_work(p, &set, flags, err, errlen);
-    if (set.n && st == XSA_POOL_OK) st = back_up(p, &set, flags, err, errlen);
+    uint64_t t1 = xsa_driver_now_ns();
+    if (set.n && st == XSA_POOL_OK) st = back_up(p, &set, flags, &report.copied_bytes, err, errlen);
+    uint64_t t2 = xsa_driver_now_ns();
     runs rs = {0};
     if (set.n && st == XSA_POOL_OK) {
         st = unmap_runs(p, &set, &rs, err, errlen);
@@ -395,6 +410,11 @@ xsa_pool_status xsa_pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *e
             commit_pause(p, s, pages);
         }
         for (size_t i = 0; i < set.n; i++) set.mp[i]->paused = true;
+        for (size_t i = 0; i < rs.n; i++) report.pages += rs.run[i].n;
+        report.wait_ns = t1 - t0;
+        report.copy_ns = t2 - t1;
+        report.map_ns = xsa_driver_now_ns() - t2;
+        p->reports[0] = report;
     }
     free_runs(&rs);
     free(set.mp);
@@ -477,13 +497,18 @@ xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err
         st = invalid(p, err, errlen,
                      "cannot resume while a graph capture or a memory pool routing (torch.cuda.use_mem_pool) is "
                      "under way: resume after it ends");
+    xsa_pause_report report = {.pools = (uint32_t)set.n, .pages = pages};
+    uint64_t t0 = xsa_driver_now_ns();
     if (st == XSA_POOL_OK) st = map_all(p, &set, pages, err, errlen);
     if (st == XSA_POOL_OOM) {
         /* As a malloc would: the cache goes back to the device, then once more. */
         char ignored[256];
         if (xsa_release_cached(p, ignored, sizeof ignored) == XSA_POOL_OK) st = map_all(p, &set, pages, err, errlen);
     }
+    uint64_t t1 = xsa_driver_now_ns();
     for (size_t i = 0; i < set.n && st == XSA_POOL_OK; i++) st = xsa_backup_restore(p, set.mp[i], err, errlen);
+    report.map_ns = t1 - t0;
+    report.copy_ns = xsa_driver_now_ns() - t1;
     if (st != XSA_POOL_OK) {
         FOR_SEGMENTS(p, &set, s) unmap_resumed(s);
         free(set.mp);
@@ -497,13 +522,17 @@ xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err
         for (const xsa_block *b = s->first; b; b = b->next) shift_block(p, b, +1, true);
         XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, s->base, n * p->page_size, n * p->page_size, s->stream);
     }
+    for (size_t i = 0; i < set.n; i++) report.copied_bytes += live_bytes(p, set.mp[i], true);
     for (size_t i = 0; i < set.n; i++) {
         set.mp[i]->paused = false;
         if (!retain) xsa_backup_drop_all(p, set.mp[i]);
     }
+    p->reports[1] = report;
     free(set.mp);
     return XSA_POOL_OK;
 }
+
+xsa_pause_report xsa_pause_last_report(const xsa_pool *p, bool resume) { return p->reports[resume]; }
 
 /* ---- while paused ---- */
 

@@ -24,6 +24,9 @@ xsa_pool_status xsa_pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *e
  * released unless `retain`. All or nothing. */
 xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err, size_t errlen);
 
+/* What the last pause (resume false) or resume that did something did. */
+xsa_pause_report xsa_pause_last_report(const xsa_pool *p, bool resume);
+
 /* Page bytes released by the paused pools tagged `tag` (0: all). */
 size_t xsa_pause_paused_bytes(const xsa_pool *p, uint32_t tag);
 

@@ -8,7 +8,8 @@
  * and empty_cache. Only free-set blocks are released: blocks pinned by IPC
  * exports wait outside it, so their pages are never unmapped here.
  *
- * Memory pools: only the global one and released ones give memory back. A
+ * Memory pools: only the global one, released ones and tagged ones no
+ * graph was captured into (pool/pause.c) give memory back. A
  * memory pool in use keeps every page (a captured graph replays over the
  * addresses of its freed blocks); a released one gives back its free
  * memory at empty_cache, and all of it once its last block is freed, and
@@ -150,7 +151,11 @@ xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
     xsa_pool_status st = release_mempool_free(p, &p->global, err, errlen);
     for (xsa_mempool *mp = p->mempools, *next; mp && st == XSA_POOL_OK; mp = next) {
         next = mp->next; /* mp may go */
-        st = xsa_release_mempool(p, mp, err, errlen);
+        /* A tagged pool in use that no graph was captured into caches for
+         * its own allocations only, and gives everything back at each
+         * pause anyway: its cache goes too (pool/pause.c). */
+        bool tagged_cache = mp->tag && !mp->captured && !mp->paused && !xsa_mempool_released(mp);
+        st = tagged_cache ? release_mempool_free(p, mp, err, errlen) : xsa_release_mempool(p, mp, err, errlen);
     }
     return st;
 }

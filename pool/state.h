@@ -186,6 +186,7 @@ struct xsa_pool {
     xsa_observer_fn observer;  /* pool/trace.h; NULL: none */
     void *observer_ctx;
     xsa_stream copy_stream;    /* backups' copies (pool/backup.c); NULL until the first */
+    xsa_pause_report reports[2]; /* the last pause's and resume's (pool/pause.c) */
     struct xsa_arena *arenas;  /* host memory holding backups (pool/backup.c) */
 };
 

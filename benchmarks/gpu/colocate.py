@@ -30,7 +30,8 @@ reading after a warm-up pass of both models has loaded every kernel and
 freed everything, less what the allocator still reserves then); the live
 memory that is not paused; pause and resume seconds per tag (after a
 synchronize, until pause or resume returned and a synchronize); the
-trainer's backup rate (its live bytes / pause seconds) beside a plain
+trainer's backup rate (its live bytes / pause seconds; for xsalloc also the
+copy step's own rate, xsalloc.elastic.last_report) beside a plain
 pinned copy_ of the same tensors timed in the same run; the losses (as
 float hex) and a hash of the generated tokens. Backups are retained
 across cycles (retain_cpu_backup) in both savers, as RL frameworks set it:
@@ -67,6 +68,7 @@ class Saver:
 
     def __init__(self, kind, torch):
         self.kind, self.torch, self.s = kind, torch, None
+        self.paused = set()  # torch_memory_saver refuses (and then crashes) to resume what is not paused
         if kind == "xsalloc":
             from xsalloc.memory_saver import torch_memory_saver
             self.s = torch_memory_saver
@@ -90,13 +92,22 @@ class Saver:
 
     def timed(self, what, tag):
         """Seconds of pause(tag) or resume(tag), from a synchronized device to a synchronized device."""
-        if not self.can_pause(tag):
+        if not self.can_pause(tag) or (what == "pause") == (tag in self.paused):
             return None
         self.torch.cuda.synchronize()
         t0 = time.perf_counter()
         getattr(self.s, what)(tag)
         self.torch.cuda.synchronize()
+        (self.paused.add if what == "pause" else self.paused.discard)(tag)
         return time.perf_counter() - t0
+
+    def copy_rate(self):
+        """GiB/s of the last pause's copy to host memory alone (xsalloc reports its steps), else None."""
+        if self.kind != "xsalloc":
+            return None
+        import xsalloc.elastic
+        r = xsalloc.elastic.last_report(0)
+        return r["copied_bytes"] / r["copy_s"] / (1 << 30) if r["copy_s"] else None
 
 
 def build_trainer(torch):
@@ -305,6 +316,7 @@ def main(argv=None):
         if cycle == 1:
             rec["pinned_copy_gib_s"] = pinned_copy_rate(torch, state)
         t["pause_trainer_s"] = saver.timed("pause", "trainer")
+        t["backup_copy_gib_s"] = saver.copy_rate()
         if saver.can_pause("trainer"):
             paused_live["trainer"] = backup_bytes
         torch.cuda.empty_cache()

@@ -15,6 +15,9 @@
 # 15 s), compiles the torch adapter once, then runs, one process each:
 #   none               the program never paused, torch's allocator (the reference)
 #   tms                torch_memory_saver, torch hook mode (it refuses expandable segments)
+#   uninterrupted-xsalloc  the program never paused, on xsalloc (the xsalloc runs' reference: the
+#                      same allocator, the same cuBLAS choices; bf16 decoding of a random model
+#                      flips a token on any rounding difference)
 #   xsalloc            python -m xsalloc.run, XSALLOC_CONF=expandable_segments:True
 #   xsalloc-norecycle  the same with page_recycling:False
 # About 4-5 minutes on an H100 or H200, the builds included.
@@ -67,14 +70,22 @@ run() {
             "$@" --label "$label" --out "$OUT/$label.json" > "$OUT/$label.log" 2>&1; then
         log "$label done in $((SECONDS - t0)) s"
     else
-        echo "FAIL $label (exit $?, $((SECONDS - t0)) s); the log's tail:"; tail -n 20 "$OUT/$label.log" | sed 's/^/    /'
-        rm -f "$OUT/$label.json"
+        local rc=$?
+        if grep -q '^RESULT ' "$OUT/$label.log"; then
+            # torch_memory_saver's torch mode crashes at exit (a free outside its region: "only support
+            # interesting region", seen on the H200) after the program printed its result.
+            log "$label done in $((SECONDS - t0)) s, then exited with status $rc: its result is kept"
+        else
+            echo "FAIL $label (exit $rc, $((SECONDS - t0)) s); the log's tail:"; tail -n 20 "$OUT/$label.log" | sed 's/^/    /'
+            rm -f "$OUT/$label.json"
+        fi
     fi
 }
 run none -- "$venv/bin/python" "$prog" --saver none "$@"
 if "$venv/bin/python" -c 'import torch_memory_saver' 2> /dev/null; then
     run tms -- "$venv/bin/python" "$prog" --saver tms "$@"
 fi
+run uninterrupted-xsalloc XSALLOC_CONF=expandable_segments:True -- "$venv/bin/python" -m xsalloc.run "$prog" --saver none "$@"
 run xsalloc XSALLOC_CONF=expandable_segments:True -- "$venv/bin/python" -m xsalloc.run "$prog" --saver xsalloc "$@"
 run xsalloc-norecycle XSALLOC_CONF=expandable_segments:True,page_recycling:False -- \
     "$venv/bin/python" -m xsalloc.run "$prog" --saver xsalloc "$@"

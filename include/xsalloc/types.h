@@ -68,6 +68,17 @@ typedef struct xsa_mempool_id {
 #define XSA_PAUSE_DISCARD 0x2u       /* back up nothing, whatever the flags */
 #define XSA_PAUSE_SYNC_DEVICE 0x4u   /* wait for all of the device's work, not only its streams' */
 
+/* What the last pause or resume of a device's memory pools did, and how
+ * long each step took (xsa_last_pause_report). */
+typedef struct xsa_pause_report {
+    uint64_t wait_ns;      /* pause: waiting for the work that used the pages */
+    uint64_t copy_ns;      /* copying the live bytes to host memory (pause, host memory taken included) or back */
+    uint64_t map_ns;       /* unmapping and releasing the pages (pause) or creating and mapping them (resume) */
+    uint64_t copied_bytes; /* live bytes copied */
+    uint64_t pages;        /* pages released or mapped */
+    uint32_t pools;        /* memory pools paused or resumed */
+} xsa_pause_report;
+
 /* Says whether an allocation on `stream` goes to the pool. */
 typedef bool (*xsa_stream_filter)(void *ctx, void *stream);
 

@@ -277,7 +277,9 @@ XSA_API void xsa_restore_delta_free(xsa_restore_delta *delta);
  * same call stays done; the message says so). Out of device memory in
  * xsa_resume is XSA_ERROR_OUT_OF_MEMORY with everything still paused and
  * the backups kept: a later call can succeed. Pausing a paused pool, or a
- * tag nothing carries, does nothing. Refused (XSA_ERROR_INVALID_VALUE)
+ * tag nothing carries, does nothing. xsa_empty_cache gives back the free
+ * memory of tagged pools in use too, unless a graph was captured into
+ * them (unlike other pools in use). Refused (XSA_ERROR_INVALID_VALUE)
  * while a capture or a routing (xsa_begin_allocate_to_pool) is under way
  * on the device. Flags: xsalloc/types.h (XSA_TAG_*, XSA_PAUSE_*). */
 
@@ -304,6 +306,10 @@ XSA_API xsa_status xsa_paused_bytes(int device, const char *tag, size_t *bytes);
  * NULL. XSA_ERROR_INVALID_POINTER if no live allocation holds ptr;
  * XSA_ERROR_INVALID_VALUE if the range passes the copy's end. */
 XSA_API xsa_status xsa_cpu_backup(const void *ptr, size_t size, void **host);
+/* *out: what the last xsa_pause (resume 0) or xsa_resume (1) that paused or
+ * resumed something on `device` did, step by step (xsalloc/types.h); all
+ * zero before the first. */
+XSA_API xsa_status xsa_last_pause_report(int device, int resume, xsa_pause_report *out);
 /* Retention (read at resume; default 0): the host copies stay after
  * xsa_resume, and the next pause refreshes them in place, at the same
  * addresses, instead of taking new host memory; 0 releases them at resume. */

@@ -136,6 +136,7 @@ _DECLS = {
     "xsa_cpu_backup": (_c.c_int, [_c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_void_p)]),
     "xsa_set_backup_retention": (_c.c_int, [_c.c_int]),
     "xsa_get_backup_retention": (_c.c_int, [_c.POINTER(_c.c_int)]),
+    "xsa_last_pause_report": (_c.c_int, [_c.c_int, _c.c_int, _c.c_void_p]),
 }
 
 # The entry points PyTorch's CUDAPluggableAllocator hooks call, by setter name.

@@ -141,6 +141,25 @@ def backup_retention():
     return bool(retain.value)
 
 
+class _PauseReport(ctypes.Structure):
+    """xsa_pause_report, field for field (include/xsalloc/types.h)."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in ("wait_ns", "copy_ns", "map_ns", "copied_bytes", "pages")] + [
+        ("pools", ctypes.c_uint32)]
+
+
+def last_report(device=0, resume=False):
+    """What the last pause (or resume) that did something on `device` did:
+    {"wait_s", "copy_s", "map_s", "copied_bytes", "pages", "pools"}
+    (xsa_last_pause_report); copied_bytes / copy_s is the backup's rate."""
+    lib = _lib.load()
+    r = _PauseReport()
+    st = lib.function("xsa_last_pause_report")(device, 1 if resume else 0, ctypes.byref(r))
+    lib.check(st, f"xsa_last_pause_report({device}, {resume})")
+    return {"wait_s": r.wait_ns / 1e9, "copy_s": r.copy_ns / 1e9, "map_s": r.map_ns / 1e9,
+            "copied_bytes": r.copied_bytes, "pages": r.pages, "pools": r.pools}
+
+
 def live_blocks(device, pool_id):
     """The allocated blocks of memory pool `pool_id` of `device`, in address
     order, as (address, requested bytes) pairs (xsa_mempool_checkpoint)."""

@@ -100,7 +100,14 @@ static void round_trip(bool expandable) {
     assert_int_equal(xsa_sim_launch(S1, (xsa_devptr)(uintptr_t)other, 64), XSA_CU_SUCCESS);
     assert_true(holds(other, 4 * MiB, 4));
 
+    xsa_pause_report r = xsa_pause_last_report(p, false);
+    assert_int_equal(r.pools, 2);
+    assert_int_equal(r.pages, (uint64_t)gone / (2 * MiB));
+    assert_int_equal(r.copied_bytes, 6 * MiB + 100 + 1000);
     resume_ok(p, 0, false);
+    r = xsa_pause_last_report(p, true);
+    assert_int_equal(r.pages, (uint64_t)gone / (2 * MiB));
+    assert_int_equal(r.copied_bytes, 6 * MiB + 100 + 1000);
     xsa_device_stats after = stats(p);
     assert_int_equal(after.paused_bytes.current, 0);
     assert_int_equal(after.reserved_bytes[XSA_STAT_ALL].current, before.reserved_bytes[XSA_STAT_ALL].current);
@@ -207,6 +214,8 @@ static void test_captured_pool_keeps_its_pages(void **state) {
     assert_int_equal(drv->stream_end_capture(S1, &g), XSA_CU_SUCCESS);
     assert_int_equal(drv->graph_destroy(g), XSA_CU_SUCCESS);
     pool_end(p, M1);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    assert_int_equal(usage().handle_bytes, 8 * MiB); /* the graph replays over its free blocks */
     uint64_t syncs = driver_calls(XSA_DRV_ctx_synchronize);
     pause_ok(p, KV, 0);
     assert_int_equal(driver_calls(XSA_DRV_ctx_synchronize), syncs + 1);
@@ -215,6 +224,21 @@ static void test_captured_pool_keeps_its_pages(void **state) {
     assert_int_equal(usage().handle_bytes, 8 * MiB);
     release(p, out);
     pool_drop(p, M1);
+    teardown(p);
+}
+
+/* empty_cache gives back a tagged pool's cache, unless a graph was captured into it. */
+static void test_empty_cache_releases_tagged_cache(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    tagged_pool(p, M1, KV, 0);
+    void *keep = alloc_in(p, M1, 2 * MiB, S1), *gone = alloc_in(p, M1, 6 * MiB, S1);
+    release(p, gone);
+    assert_int_equal(usage().handle_bytes, 8 * MiB);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    CHECK(p);
+    assert_int_equal(usage().handle_bytes, 2 * MiB);
+    release(p, keep);
     teardown(p);
 }
 
@@ -364,6 +388,38 @@ static void test_retained_backup(void **state) {
     teardown(p);
 }
 
+/* Neighbouring blocks are copied with one call each way, their bytes
+ * intact; once a block between two kept copies is freed they take two. */
+static void test_neighbours_copy_in_one_call(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    tagged_pool(p, M1, WEIGHTS, XSA_TAG_CPU_BACKUP);
+    size_t sizes[3] = {3 * MiB + 1000, 2 * MiB + 24, 5 * MiB + 333};
+    void *b[3];
+    for (int i = 0; i < 3; i++) {
+        b[i] = alloc_in(p, M1, sizes[i], S1);
+        fill(b[i], sizes[i], (unsigned)(20 + i));
+    }
+    uint64_t dtoh = driver_calls(XSA_DRV_memcpy_dtoh_async), htod = driver_calls(XSA_DRV_memcpy_htod_async);
+    pause_ok(p, WEIGHTS, 0);
+    assert_int_equal(driver_calls(XSA_DRV_memcpy_dtoh_async) - dtoh, 1);
+    resume_ok(p, WEIGHTS, true);
+    assert_int_equal(driver_calls(XSA_DRV_memcpy_htod_async) - htod, 1);
+    for (int i = 0; i < 3; i++) assert_true(holds(b[i], sizes[i], (unsigned)(20 + i)));
+    release(p, b[1]);
+    fill(b[0], sizes[0], 30);
+    fill(b[2], sizes[2], 32);
+    dtoh = driver_calls(XSA_DRV_memcpy_dtoh_async);
+    pause_ok(p, WEIGHTS, 0);
+    assert_int_equal(driver_calls(XSA_DRV_memcpy_dtoh_async) - dtoh, 2);
+    resume_ok(p, WEIGHTS, false);
+    assert_true(holds(b[0], sizes[0], 30));
+    assert_true(holds(b[2], sizes[2], 32));
+    release(p, b[0]);
+    release(p, b[2]);
+    teardown(p);
+}
+
 /* A pause without backup drops a copy kept from before. */
 static void test_discard_drops_kept_copy(void **state) {
     (void)state;
@@ -425,12 +481,14 @@ int main(void) {
         cmocka_unit_test(test_pause_waits_for_its_streams),
         cmocka_unit_test(test_pause_completes_pending_frees),
         cmocka_unit_test(test_captured_pool_keeps_its_pages),
+        cmocka_unit_test(test_empty_cache_releases_tagged_cache),
         cmocka_unit_test(test_free_while_paused),
         cmocka_unit_test(test_malloc_in_paused_pool_is_refused),
         cmocka_unit_test(test_release_paused_pool),
         cmocka_unit_test(test_resume_out_of_memory_is_recoverable),
         cmocka_unit_test(test_resume_past_the_memory_fraction),
         cmocka_unit_test(test_retained_backup),
+        cmocka_unit_test(test_neighbours_copy_in_one_call),
         cmocka_unit_test(test_discard_drops_kept_copy),
         cmocka_unit_test(test_tagging_rules),
     };

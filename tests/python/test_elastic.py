@@ -130,8 +130,13 @@ class PauseResumeTest(ElasticSimCase):
         self.assertIsNotNone(host)
         self.assertEqual(ctypes.string_at(host, 3 * MiB), data)
         self.assertEqual(elastic.cpu_backup(p + MiB, MiB), host + MiB, "a range inside the allocation")
+        report = elastic.last_report(0)
+        self.assertEqual((report["pools"], report["pages"], report["copied_bytes"]), (1, 2, 3 * MiB))
+        self.assertGreater(report["copy_s"], 0)
         elastic.pause("w")  # pausing a paused tag does nothing
+        self.assertEqual(elastic.last_report(0), report, "a pause that did nothing leaves the report")
         elastic.resume("w")
+        self.assertEqual(elastic.last_report(0, resume=True)["pages"], 2)
         self.assertTrue(self.mapped(p))
         self.assertEqual(ctypes.string_at(p, 3 * MiB), data)
         self.assertEqual(elastic.paused_bytes(0), 0)

@@ -181,7 +181,8 @@ def case_graph():
     g.replay()
     torch.cuda.synchronize()
     again = out.item()
-    ok = first == want and again == 512 * MiB * 2048 + 2048 and released >= 2 * GiB
+    close = lambda a, b: abs(a - b) <= 1e-6 * b  # noqa: E731  (float32 sums of 2^29 terms)
+    ok = close(first, want) and close(again, 512 * MiB * 2048 + 2048) and released >= 2 * GiB
     return ok, f"graph pool released {released / GiB:.2f} GiB on pause; replay before {first:.0f} after {again:.0f}"
 
 
