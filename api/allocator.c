@@ -38,9 +38,12 @@
 static _Thread_local int current_device;
 
 xsa_status xsa_shutdown(void) {
-    if (xsa_devices_hold_startup()) {
+    xsa_devices_phase phase = xsa_devices_hold_startup();
+    if (phase == XSA_DEVICES_STARTED) {
         xsa_lag_probe_stop();
         xsa_ipc_close_all();
+    }
+    if (phase != XSA_DEVICES_OFF) {
         xsa_devices_stop();
         xsa_observe_shutdown();
     }
@@ -68,7 +71,7 @@ xsa_status xsa_malloc(void **ptr, size_t size, int device, void *stream) {
     if (st != XSA_SUCCESS) return st;
     if (size == 0) return xsa_ok();
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_malloc", device, &p)) != XSA_SUCCESS) return st;
     void *out = NULL;
     /* A thread inside a tag region allocates in its memory pool (api/pause.h). */
     xsa_pool_status ps = __builtin_expect(atomic_load_explicit(&xsa_regions_open, memory_order_relaxed) == 0, 1)
@@ -84,18 +87,21 @@ xsa_status xsa_malloc_current(void **ptr, size_t size, void *stream) {
     return xsa_malloc(ptr, size, current_device, stream);
 }
 
-/* Locks device d and returns true with its pool, if it has one and, when
- * must_own, that pool holds ptr; otherwise leaves it unlocked. */
-static inline bool lock_if_answers(int d, void *ptr, bool must_own, int *device, xsa_pool **pool) {
-    xsa_device_slot *s = &xsa_devices.slot[d];
-    xsa_device_lock_acquire(&s->lock);
+/* Locks device d and returns XSA_SUCCESS with its pool, if it has one
+ * and, when must_own, that pool holds ptr; otherwise leaves it unlocked
+ * and returns XSA_ERROR_INVALID_POINTER, or the re-entry's error (from a
+ * callback of this thread under d's lock). */
+static inline xsa_status lock_if_answers(const char *fn, int d, void *ptr, bool must_own, int *device,
+                                         xsa_pool **pool) {
+    xsa_device_slot *s = xsa_api_slot(d);
+    if (!xsa_device_lock_acquire(&s->lock)) return XSA_API_REENTERED(fn, d);
     if (s->pool && (!must_own || xsa_pool_owns(s->pool, ptr))) {
         *device = d;
         *pool = s->pool;
-        return true;
+        return XSA_SUCCESS;
     }
     xsa_device_lock_release(&s->lock);
-    return false;
+    return XSA_ERROR_INVALID_POINTER;
 }
 
 /* Finds the pool that answers for ptr and returns it with its device's
@@ -108,11 +114,11 @@ static xsa_status lock_owner(const char *fn, void *ptr, int *device, xsa_pool **
     if (st != XSA_SUCCESS) return st;
     int d = xsa_devices.devices == 1 ? 0 : ptr ? xsa_ranges_find((uintptr_t)ptr) : -1;
     if (d >= 0) {
-        if (lock_if_answers(d, ptr, false, device, pool)) return XSA_SUCCESS;
+        if ((st = lock_if_answers(fn, d, ptr, false, device, pool)) != XSA_ERROR_INVALID_POINTER) return st;
     } else {
         d = current_device;
         for (int i = 0; ptr && i < xsa_devices.devices; i++, d = d + 1 < xsa_devices.devices ? d + 1 : 0)
-            if (lock_if_answers(d, ptr, true, device, pool)) return XSA_SUCCESS;
+            if ((st = lock_if_answers(fn, d, ptr, true, device, pool)) != XSA_ERROR_INVALID_POINTER) return st;
     }
     return xsa_fail(XSA_ERROR_INVALID_POINTER,
                     "%s(%p): not a live allocation of xsalloc (unknown, interior or already freed pointer)", fn, ptr);
@@ -123,6 +129,7 @@ xsa_status xsa_free(void *ptr) {
     int device;
     xsa_pool *p;
     xsa_status st = lock_owner("xsa_free", ptr, &device, &p);
+    if (st == XSA_ERROR_NO_DRIVER && xsa_devices_forked()) return xsa_ok(); /* the parent's memory: not ours */
     if (st != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_free(p, ptr, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
@@ -155,8 +162,8 @@ xsa_status xsa_empty_cache(void) {
     xsa_status st = xsa_api_ensure_init();
     if (st != XSA_SUCCESS) return st;
     for (int d = 0; d < xsa_devices.devices; d++) {
-        xsa_device_slot *s = &xsa_devices.slot[d];
-        xsa_device_lock_acquire(&s->lock);
+        xsa_device_slot *s = xsa_api_slot(d);
+        if (!xsa_device_lock_acquire(&s->lock)) return xsa_api_reentered("xsa_empty_cache", d);
         xsa_pool_status ps = s->pool ? xsa_pool_empty_cache(s->pool, xsa_error_buffer(), XSA_ERROR_MAX) : XSA_POOL_OK;
         xsa_device_lock_release(&s->lock);
         if (ps != XSA_POOL_OK) return xsa_api_status(ps);
@@ -168,9 +175,10 @@ xsa_status xsa_cache_info(int device, size_t *cached_free, size_t *largest) {
     xsa_status st = xsa_api_check_device("xsa_cache_info", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    bool held;
+    if ((st = xsa_api_lock_pool_to_read("xsa_cache_info", device, &p, &held)) != XSA_SUCCESS) return st;
     xsa_pool_cache_info(p, cached_free, largest);
-    xsa_api_unlock(device);
+    if (held) xsa_api_unlock(device);
     return xsa_ok();
 }
 
@@ -180,8 +188,8 @@ xsa_status xsa_set_memory_fraction(double fraction, int device) {
     /* PyTorch's range: 0 leaves no room for new device memory. */
     if (!(fraction >= 0.0 && fraction <= 1.0))
         return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_set_memory_fraction(%g, %d): the fraction must be in [0, 1]", fraction, device);
-    xsa_device_slot *s = &xsa_devices.slot[device];
-    xsa_device_lock_acquire(&s->lock);
+    xsa_device_slot *s = xsa_api_slot(device);
+    if (!xsa_device_lock_acquire(&s->lock)) return xsa_api_reentered("xsa_set_memory_fraction", device);
     if (s->pool)
         xsa_pool_set_memory_fraction(s->pool, fraction);
     else
@@ -198,8 +206,8 @@ xsa_status xsa_get_memory_fraction(int device, double *fraction) {
      * before the devices' (api/devices.c), never after. */
     xsa_pool_options conf;
     xsa_api_options(&conf);
-    xsa_device_slot *s = &xsa_devices.slot[device];
-    xsa_device_lock_acquire(&s->lock);
+    xsa_device_slot *s = xsa_api_slot(device);
+    if (!xsa_device_lock_acquire(&s->lock)) return xsa_api_reentered("xsa_get_memory_fraction", device);
     *fraction = s->pool                    ? xsa_pool_memory_fraction(s->pool)
                 : s->pending_fraction >= 0 ? s->pending_fraction
                                            : conf.memory_fraction;
@@ -212,9 +220,10 @@ xsa_status xsa_get_stats(int device, xsa_device_stats *stats) {
     xsa_status st = xsa_api_check_device("xsa_get_stats", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    bool held; /* false from a hook or trace callback of this device, which may read the stats */
+    if ((st = xsa_api_lock_pool_to_read("xsa_get_stats", device, &p, &held)) != XSA_SUCCESS) return st;
     xsa_pool_get_stats(p, stats);
-    xsa_api_unlock(device);
+    if (held) xsa_api_unlock(device);
     return xsa_ok();
 }
 
@@ -222,7 +231,7 @@ static xsa_status with_pool(const char *fn, int device, void (*action)(xsa_pool 
     xsa_status st = xsa_api_check_device(fn, device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool(fn, device, &p)) != XSA_SUCCESS) return st;
     action(p);
     xsa_api_unlock(device);
     return xsa_ok();
@@ -239,7 +248,7 @@ xsa_status xsa_enable_peer_access(int device, int peer) {
     if (st == XSA_SUCCESS) st = xsa_api_check_device("xsa_enable_peer_access (peer)", peer);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_enable_peer_access", device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_enable_peer(p, peer, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     if (ps != XSA_POOL_OK) return xsa_api_status(ps);
@@ -284,7 +293,7 @@ xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle) {
     xsa_status st = xsa_api_check_device("xsa_ipc_revoke", handle->device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(handle->device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_ipc_revoke", handle->device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_ipc_revoke(p, handle->export_id, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(handle->device);
     return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
@@ -294,7 +303,7 @@ xsa_status xsa_check_invariants(int device) {
     xsa_status st = xsa_api_check_device("xsa_check_invariants", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_check_invariants", device, &p)) != XSA_SUCCESS) return st;
     char *err = xsa_error_buffer();
     int ok = xsa_pool_check(p, err, XSA_ERROR_MAX);
     xsa_api_unlock(device);
@@ -311,7 +320,7 @@ static xsa_status on_mempool(const char *fn, int device, xsa_mempool_id id, memp
     xsa_status st = xsa_api_check_device(fn, device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool(fn, device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = call(p, id, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
@@ -331,7 +340,7 @@ xsa_status xsa_mempool_use_count(int device, xsa_mempool_id id, int *uses) {
     xsa_status st = xsa_api_check_device("xsa_mempool_use_count", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_mempool_use_count", device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_mempool_exists(p, id, uses);
     xsa_api_unlock(device);
     return xsa_ok();
@@ -341,7 +350,7 @@ xsa_status xsa_mempool_create_with_allocator(int device, xsa_mempool_id id, cons
     xsa_status st = xsa_api_check_device("xsa_mempool_create_with_allocator", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_mempool_create_with_allocator", device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_mempool_create_with(p, id, allocator, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
@@ -353,7 +362,7 @@ static xsa_status on_mempool_flag(const char *fn, int device, xsa_mempool_id id,
     xsa_status st = xsa_api_check_device(fn, device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool(fn, device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = call(p, id, on, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
@@ -371,7 +380,7 @@ xsa_status xsa_begin_allocate_to_pool(int device, xsa_mempool_id id, xsa_stream_
     xsa_status st = xsa_api_check_device("xsa_begin_allocate_to_pool", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_begin_allocate_to_pool", device, &p)) != XSA_SUCCESS) return st;
     /* Every routing counts as a capture, as in PyTorch, until capture
      * status is read from the driver. */
     xsa_pool_status ps = xsa_pool_begin_allocate_to_pool(p, id, filter, ctx, true, xsa_error_buffer(), XSA_ERROR_MAX);
@@ -390,7 +399,7 @@ xsa_status xsa_mempool_checkpoint(int device, xsa_mempool_id id, xsa_live_block 
     xsa_status st = xsa_api_check_device("xsa_mempool_checkpoint", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_mempool_checkpoint", device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_mempool_checkpoint(p, id, blocks, n, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);
@@ -404,7 +413,7 @@ xsa_status xsa_mempool_restore(int device, xsa_mempool_id id, const xsa_live_blo
     xsa_status st = xsa_api_check_device("xsa_mempool_restore", device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
-    if ((st = xsa_api_lock_pool(device, &p)) != XSA_SUCCESS) return st;
+    if ((st = xsa_api_lock_pool("xsa_mempool_restore", device, &p)) != XSA_SUCCESS) return st;
     xsa_pool_status ps = xsa_pool_mempool_restore(p, id, live, n, delta, xsa_error_buffer(), XSA_ERROR_MAX);
     xsa_api_unlock(device);
     return ps == XSA_POOL_OK ? xsa_ok() : xsa_api_status(ps);

@@ -342,45 +342,70 @@ typedef enum key_id {
     K_COUNT
 } key_id;
 
-static const struct {
-    const char *name;
-    key_id id;
-} keys[] = {
-    {"expandable_segments", K_EXPANDABLE_SEGMENTS},
-    {"page_recycling", K_PAGE_RECYCLING},
-    {"page_recycling_headroom", K_PAGE_RECYCLING_HEADROOM},
-    {"peer_access", K_PEER_ACCESS},
-    {"ipc_handles", K_IPC_HANDLES},
-    {"expandable_handle_mb", K_EXPANDABLE_HANDLE_MB},
-    {"max_split_size_mb", K_MAX_SPLIT_SIZE_MB},
-    {"max_non_split_rounding_mb", K_MAX_NON_SPLIT_ROUNDING_MB},
-    {"roundup_power2_divisions", K_ROUNDUP_POWER2_DIVISIONS},
-    {"garbage_collection_threshold", K_GARBAGE_COLLECTION_THRESHOLD},
-    {"per_process_memory_fraction", K_PER_PROCESS_MEMORY_FRACTION},
-    {"backend", K_BACKEND},
-    {"large_segment_size_mb", K_LARGE_SEGMENT_SIZE_MB},
-    {"release_lock_on_cudamalloc", K_RELEASE_LOCK_ON_CUDAMALLOC},
-    {"release_lock_on_hipmalloc", K_RELEASE_LOCK_ON_CUDAMALLOC},
-    {"pinned_use_cuda_host_register", K_PINNED_USE_CUDA_HOST_REGISTER},
-    {"pinned_use_hip_host_register", K_PINNED_USE_CUDA_HOST_REGISTER},
-    {"pinned_num_register_threads", K_PINNED_NUM_REGISTER_THREADS},
-    {"pinned_use_background_threads", K_PINNED_USE_BACKGROUND_THREADS},
-    {"pinned_reserve_segment_size_mb", K_PINNED_RESERVE_SEGMENT_SIZE_MB},
-    {"pinned_max_round_threshold_mb", K_PINNED_MAX_ROUND_THRESHOLD_MB},
-    {"pinned_max_cached_size_mb", K_PINNED_MAX_CACHED_SIZE_MB},
-    {"pinned_free_catch_all", K_PINNED_FREE_CATCH_ALL},
-    {"graph_capture_record_stream_reuse", K_GRAPH_CAPTURE_RECORD_STREAM_REUSE},
-    {"throw_on_cudamalloc_oom", K_THROW_ON_CUDAMALLOC_OOM},
-    {"expandable_segments_reserve", K_EXPANDABLE_SEGMENTS_RESERVE},
-    {"expandable_segments_reserve_by_class", K_EXPANDABLE_SEGMENTS_RESERVE_BY_CLASS},
-    {"expandable_segments_handle_type", K_EXPANDABLE_SEGMENTS_HANDLE_TYPE},
-};
-
 #define ACCEPT_BOOL "True or False (exactly)"
 #define ACCEPT_SPLIT_MB "an integer number of MiB >= 20"
 #define ACCEPT_ROUNDUP                                                                                          \
     "0 or a power of two (divisions for every size), or a list [SIZE_MB:DIV,...,>:DIV] of power-of-two sizes " \
     "in increasing order, each DIV 0 or a power of two, '>' last"
+#define ACCEPT_LARGE_SEGMENT "20 (xsalloc's large segment size is fixed at 20 MiB)"
+#define ACCEPT_NOTHING "nothing (remove the key)"
+
+/* Every key: its name, what it takes (for messages), and whether the
+ * unknown-key message lists it (the keys that act, not the PyTorch keys
+ * accepted and ignored, aliases or keys refused). */
+static const struct {
+    const char *name;
+    key_id id;
+    const char *accepts;
+    bool listed;
+} keys[] = {
+    {"expandable_segments", K_EXPANDABLE_SEGMENTS, ACCEPT_BOOL, true},
+    {"page_recycling", K_PAGE_RECYCLING, ACCEPT_BOOL, true},
+    {"page_recycling_headroom", K_PAGE_RECYCLING_HEADROOM, "a number from 0 to 1, e.g. 0.01", true},
+    {"peer_access", K_PEER_ACCESS, ACCEPT_BOOL, true},
+    {"ipc_handles", K_IPC_HANDLES, ACCEPT_BOOL, true},
+    {"expandable_handle_mb", K_EXPANDABLE_HANDLE_MB,
+     "an even number of MiB from 2 to 1024 (2: one page a handle), e.g. 20", true},
+    {"max_split_size_mb", K_MAX_SPLIT_SIZE_MB, ACCEPT_SPLIT_MB, true},
+    {"max_non_split_rounding_mb", K_MAX_NON_SPLIT_ROUNDING_MB, ACCEPT_SPLIT_MB, true},
+    {"roundup_power2_divisions", K_ROUNDUP_POWER2_DIVISIONS, ACCEPT_ROUNDUP, true},
+    {"garbage_collection_threshold", K_GARBAGE_COLLECTION_THRESHOLD,
+     "a number greater than 0 and less than 1, e.g. 0.8", true},
+    {"per_process_memory_fraction", K_PER_PROCESS_MEMORY_FRACTION,
+     "a number from 0 to 1, e.g. 0.5 (0: no device memory at all)", true},
+    {"graph_capture_record_stream_reuse", K_GRAPH_CAPTURE_RECORD_STREAM_REUSE, ACCEPT_BOOL, true},
+    {"backend", K_BACKEND, "native", true},
+    {"large_segment_size_mb", K_LARGE_SEGMENT_SIZE_MB, ACCEPT_LARGE_SEGMENT, true},
+    {"release_lock_on_cudamalloc", K_RELEASE_LOCK_ON_CUDAMALLOC, ACCEPT_BOOL, false},
+    {"release_lock_on_hipmalloc", K_RELEASE_LOCK_ON_CUDAMALLOC, ACCEPT_BOOL, false},
+    {"pinned_use_cuda_host_register", K_PINNED_USE_CUDA_HOST_REGISTER, ACCEPT_BOOL, false},
+    {"pinned_use_hip_host_register", K_PINNED_USE_CUDA_HOST_REGISTER, ACCEPT_BOOL, false},
+    {"pinned_num_register_threads", K_PINNED_NUM_REGISTER_THREADS, "a power of two from 1 to 128", false},
+    {"pinned_use_background_threads", K_PINNED_USE_BACKGROUND_THREADS, ACCEPT_BOOL, false},
+    {"pinned_reserve_segment_size_mb", K_PINNED_RESERVE_SEGMENT_SIZE_MB, "an integer number of MiB > 0", false},
+    {"pinned_max_round_threshold_mb", K_PINNED_MAX_ROUND_THRESHOLD_MB, "an integer number of MiB", false},
+    {"pinned_max_cached_size_mb", K_PINNED_MAX_CACHED_SIZE_MB, "an integer number of MiB", false},
+    {"pinned_free_catch_all", K_PINNED_FREE_CATCH_ALL, ACCEPT_BOOL, false},
+    {"throw_on_cudamalloc_oom", K_THROW_ON_CUDAMALLOC_OOM, ACCEPT_BOOL, false},
+    {"expandable_segments_reserve", K_EXPANDABLE_SEGMENTS_RESERVE, ACCEPT_NOTHING, false},
+    {"expandable_segments_reserve_by_class", K_EXPANDABLE_SEGMENTS_RESERVE_BY_CLASS, ACCEPT_NOTHING, false},
+    {"expandable_segments_handle_type", K_EXPANDABLE_SEGMENTS_HANDLE_TYPE, ACCEPT_NOTHING, false},
+};
+
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+/* The index in keys[] of the key named `key`, or -1. */
+static int key_of(span key) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (span_is(key, keys[i].name)) return (int)i;
+    return -1;
+}
+
+static const char *accepts_of(key_id id) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (keys[i].id == id) return keys[i].accepts;
+    return "";
+}
 
 static int get_bool(parser *ps, span key, span val, bool *out) {
     if (span_is(val, "True")) *out = true;
@@ -488,9 +513,15 @@ static int parse_roundup(parser *ps, span key, span val, bool is_list, span inne
     return 1;
 }
 
-/* Appends `key` to cfg->ignored; returns 1. Each key appears once and the
- * ignored keys' names are short, so the room is always enough. */
+/* Appends `key` to cfg->ignored unless it is there (a layer below gave
+ * it); returns 1. The ignored keys' names are short and few, so the room
+ * is always enough. */
 static int note_ignored(xsa_config *cfg, span key) {
+    for (const char *p = cfg->ignored; *p; p += strspn(p, ", ")) {
+        size_t n = strcspn(p, ",");
+        if (n == key.n && memcmp(p, key.b, n) == 0) return 1;
+        p += n;
+    }
     size_t len = strlen(cfg->ignored), sep = len ? 2 : 0;
     if (len + sep + key.n + 1 > sizeof cfg->ignored) return 1;
     memcpy(cfg->ignored + len, ", ", sep);
@@ -501,6 +532,7 @@ static int note_ignored(xsa_config *cfg, span key) {
 
 static int apply(parser *ps, key_id id, span key, span val, bool is_list, span inner, xsa_config *cfg) {
     xsa_pool_options *o = &cfg->pool;
+    const char *acc = accepts_of(id);
     bool ignored_bool;
     uint64_t u;
     double x;
@@ -518,8 +550,8 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
 
     case K_MAX_SPLIT_SIZE_MB:
     case K_MAX_NON_SPLIT_ROUNDING_MB:
-        if (!get_u64(ps, key, val, ACCEPT_SPLIT_MB, &u)) return 0;
-        if (u < LARGE_SEGMENT_MB) return bad_value(ps, key, val, "is too small", ACCEPT_SPLIT_MB);
+        if (!get_u64(ps, key, val, acc, &u)) return 0;
+        if (u < LARGE_SEGMENT_MB) return bad_value(ps, key, val, "is too small", acc);
         if (id == K_MAX_SPLIT_SIZE_MB) o->max_split_size = mib_to_bytes(u);
         else o->max_non_split_rounding = mib_to_bytes(u);
         return 1;
@@ -527,7 +559,6 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_ROUNDUP_POWER2_DIVISIONS: return parse_roundup(ps, key, val, is_list, inner, o->roundup_power2_divisions);
 
     case K_EXPANDABLE_HANDLE_MB: {
-        const char *acc = "an even number of MiB from 2 to 1024 (2: one page a handle), e.g. 20";
         if (!get_u64(ps, key, val, acc, &u)) return 0;
         if (u < 2 || u > 1024 || u % 2) return bad_value(ps, key, val, "is out of range or odd", acc);
         o->handle_size = mib_to_bytes(u);
@@ -535,21 +566,18 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     }
 
     case K_GARBAGE_COLLECTION_THRESHOLD: {
-        const char *acc = "a number greater than 0 and less than 1, e.g. 0.8";
         if (!get_double(ps, key, val, acc, &x)) return 0;
         if (!(x > 0.0 && x < 1.0)) return bad_value(ps, key, val, "is out of range", acc);
         o->garbage_collection_threshold = x;
         return 1;
     }
     case K_PAGE_RECYCLING_HEADROOM: {
-        const char *acc = "a number from 0 to 1, e.g. 0.01";
         if (!get_double(ps, key, val, acc, &x)) return 0;
         if (!(x >= 0.0 && x <= 1.0)) return bad_value(ps, key, val, "is out of range", acc);
         o->page_recycling_headroom = x;
         return 1;
     }
     case K_PER_PROCESS_MEMORY_FRACTION: {
-        const char *acc = "a number from 0 to 1, e.g. 0.5 (0: no device memory at all)";
         if (!get_double(ps, key, val, acc, &x)) return 0;
         if (!(x >= 0.0 && x <= 1.0)) return bad_value(ps, key, val, "is out of range", acc);
         o->memory_fraction = x;
@@ -562,13 +590,12 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
             return bad_value(ps, key, val,
                              "cannot be used: xsalloc is itself the caching allocator and does not forward to the "
                              "driver's stream-ordered allocator",
-                             "native");
-        return bad_value(ps, key, val, "is not a known backend", "native");
+                             acc);
+        return bad_value(ps, key, val, "is not a known backend", acc);
 
     case K_LARGE_SEGMENT_SIZE_MB:
-        if (!get_u64(ps, key, val, "20 (xsalloc's large segment size is fixed at 20 MiB)", &u)) return 0;
-        if (u != LARGE_SEGMENT_MB)
-            return bad_value(ps, key, val, "is not supported", "20 (xsalloc's large segment size is fixed at 20 MiB)");
+        if (!get_u64(ps, key, val, acc, &u)) return 0;
+        if (u != LARGE_SEGMENT_MB) return bad_value(ps, key, val, "is not supported", acc);
         return 1;
 
     /* Accepted, validated as PyTorch does, ignored (see the table) and named. */
@@ -579,31 +606,30 @@ static int apply(parser *ps, key_id id, span key, span val, bool is_list, span i
     case K_THROW_ON_CUDAMALLOC_OOM: return get_bool(ps, key, val, &ignored_bool) && note_ignored(cfg, key);
 
     case K_PINNED_NUM_REGISTER_THREADS: {
-        const char *acc = "a power of two from 1 to 128";
         if (!get_u64(ps, key, val, acc, &u)) return 0;
         if (!is_pow2(u)) return bad_value(ps, key, val, "is not a power of two", acc);
         if (u > PINNED_MAX_REGISTER_THREADS) return bad_value(ps, key, val, "is too large", acc);
         return note_ignored(cfg, key);
     }
     case K_PINNED_RESERVE_SEGMENT_SIZE_MB:
-        if (!get_u64(ps, key, val, "an integer number of MiB > 0", &u)) return 0;
-        if (u == 0) return bad_value(ps, key, val, "is too small", "an integer number of MiB > 0");
+        if (!get_u64(ps, key, val, acc, &u)) return 0;
+        if (u == 0) return bad_value(ps, key, val, "is too small", acc);
         return note_ignored(cfg, key);
     case K_PINNED_MAX_ROUND_THRESHOLD_MB:
     case K_PINNED_MAX_CACHED_SIZE_MB:
-        return get_u64(ps, key, val, "an integer number of MiB", &u) && note_ignored(cfg, key);
+        return get_u64(ps, key, val, acc, &u) && note_ignored(cfg, key);
 
     case K_EXPANDABLE_SEGMENTS_RESERVE:
     case K_EXPANDABLE_SEGMENTS_RESERVE_BY_CLASS:
         return bad_value(ps, key, val,
                          "is not supported: xsalloc sizes expandable segments' virtual ranges itself and cannot honour "
                          "a reserve cap",
-                         "nothing (remove the key)");
+                         acc);
     case K_EXPANDABLE_SEGMENTS_HANDLE_TYPE:
         return bad_value(ps, key, val,
                          "is not supported: this is not a PyTorch configuration key, and xsalloc has no handle-type "
                          "choice",
-                         "nothing (remove the key)");
+                         acc);
     case K_COUNT: break;
     }
     return fail(ps, "key '%s': internal error (no parser)", show(key).s);
@@ -616,28 +642,48 @@ const char *xsa_config_env(const char **text) {
     return NULL;
 }
 
-#define ACCEPT_KEYS                                                                                        \
-    "expandable_segments, page_recycling, page_recycling_headroom, peer_access, ipc_handles, "             \
-    "expandable_handle_mb, max_split_size_mb, "                                                            \
-    "max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, "                  \
-    "per_process_memory_fraction, backend, or a "                                                          \
-    "PyTorch compatibility key listed in docs/configuration.md"
+/* The unknown-key message: every listed key from the table, so that no
+ * key is left out of it. */
+static int unknown_key(parser *ps, span key, span val) {
+    char list[600] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < N_KEYS && len < sizeof list; i++)
+        if (keys[i].listed) len += (size_t)snprintf(list + len, sizeof list - len, "%s, ", keys[i].name);
+    return fail(ps, "unknown key '%s' (value '%s'); accepted keys: %sor a PyTorch compatibility key listed in "
+                    "docs/configuration.md",
+                show(key).s, show(val).s, list);
+}
+
+/* A key without its ':' or value: what the key takes when it is known. */
+static int no_value(parser *ps, span key, const char *problem, const char *p, const char *end) {
+    int k = key_of(key);
+    if (k < 0)
+        return fail(ps, "key '%s' %s (found %s); accepted: key:value with a known key", show(key).s, problem,
+                    found_at(p, end).s);
+    return fail(ps, "key '%s' %s (found %s); accepted: %s:VALUE, VALUE %s", show(key).s, problem, found_at(p, end).s,
+                keys[k].name, keys[k].accepts);
+}
 
 _Static_assert(K_COUNT <= 64, "xsa_config.given has a bit per key");
 
 int xsa_config_gave(const xsa_config *cfg, const char *key) {
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    for (size_t i = 0; i < N_KEYS; i++)
         if (strcmp(keys[i].name, key) == 0) return (cfg->given >> keys[i].id) & 1;
     return 0;
 }
 
 int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen) {
+    xsa_config defaults;
+    memset(&defaults, 0, sizeof defaults);
+    xsa_pool_options_default(&defaults.pool);
+    return xsa_config_parse_over(text, &defaults, out, err, errlen);
+}
+
+int xsa_config_parse_over(const char *text, const xsa_config *base, xsa_config *out, char *err, size_t errlen) {
     parser ps = {err, errlen};
     if (err && errlen > 0) err[0] = '\0';
 
-    xsa_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    xsa_pool_options_default(&cfg.pool);
+    xsa_config cfg = *base;
 
     span seen_key[K_COUNT], seen_val[K_COUNT];
     bool seen[K_COUNT] = {false};
@@ -662,9 +708,7 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
                         show((span){p, (size_t)(end - p)}).s);
         }
         p = skip_ws(p, end);
-        if (p == end || *p != ':')
-            return fail(&ps, "key '%s' has no ':' and value (found %s after it); accepted: key:value", show(key).s,
-                        found_at(p, end).s);
+        if (p == end || *p != ':') return no_value(&ps, key, "has no ':' and value after it", p, end);
         p = skip_ws(p + 1, end);
 
         span val, inner = {NULL, 0};
@@ -684,16 +728,12 @@ int xsa_config_parse(const char *text, xsa_config *out, char *err, size_t errlen
             p = q + 1;
         } else {
             val = read_word(&p, end);
-            if (val.n == 0)
-                return fail(&ps, "key '%s' has an empty value (found %s after ':'); accepted: key:value", show(key).s,
-                            found_at(p, end).s);
+            if (val.n == 0) return no_value(&ps, key, "has an empty value after ':'", p, end);
         }
 
-        int id = -1;
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-            if (span_is(key, keys[i].name)) id = (int)keys[i].id;
-        if (id < 0)
-            return fail(&ps, "unknown key '%s' (value '%s'); accepted keys: %s", show(key).s, show(val).s, ACCEPT_KEYS);
+        int k = key_of(key);
+        if (k < 0) return unknown_key(&ps, key, val);
+        int id = (int)keys[k].id;
         if (seen[id]) {
             if (seen_key[id].n == key.n && memcmp(seen_key[id].b, key.b, key.n) == 0)
                 return fail(&ps, "key '%s' is given twice (values '%s' and '%s'); accepted: each key at most once",

@@ -12,12 +12,26 @@
  * a release can miss a sleeper arriving at that instant, so sleepers nap
  * at most XSA_DEVICE_LOCK_NAP_NS and look again: that bounds the delay of
  * the race. Mutual exclusion never depends on it.
+ *
+ * Re-entry: xsalloc calls user code (memory hooks, the trace callback)
+ * with a device's lock held; a callback that calls back into xsalloc on
+ * that device would wait for itself forever. Around such a call the lock
+ * names the calling thread (xsa_device_lock_enter_callback), and an
+ * acquire that finds the lock taken checks, before it spins, whether that
+ * thread is itself: then it returns false at once instead of waiting, and
+ * the caller fails with a clear error or, for a call that only reads
+ * (xsa_get_stats), reads without the lock its own thread holds. The check
+ * is on the contended path only: the uncontended acquire stays one
+ * compare-and-swap.
  */
 #ifndef XSA_API_DEVICE_LOCK_H
 #define XSA_API_DEVICE_LOCK_H
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,7 +50,23 @@
 typedef struct xsa_device_lock {
     _Atomic int state;    /* 0 free, 1 held */
     _Atomic int sleepers; /* threads asleep on state, or about to be */
+    /* The holder while it runs a user callback under the lock, else 0. */
+    _Atomic uintptr_t callback_thread;
 } xsa_device_lock;
+
+/* The holder (the calling thread) is about to call user code with the lock
+ * held, and is back from it. */
+static inline void xsa_device_lock_enter_callback(xsa_device_lock *l) {
+    atomic_store_explicit(&l->callback_thread, (uintptr_t)pthread_self(), memory_order_relaxed);
+}
+static inline void xsa_device_lock_leave_callback(xsa_device_lock *l) {
+    atomic_store_explicit(&l->callback_thread, 0, memory_order_relaxed);
+}
+
+/* Whether the calling thread holds l and is inside a callback under it. */
+static inline bool xsa_device_lock_reentered(xsa_device_lock *l) {
+    return atomic_load_explicit(&l->callback_thread, memory_order_relaxed) == (uintptr_t)pthread_self();
+}
 
 static inline int xsa_device_lock_try(xsa_device_lock *l) {
     int expected = 0;
@@ -44,12 +74,14 @@ static inline int xsa_device_lock_try(xsa_device_lock *l) {
                                                    memory_order_relaxed);
 }
 
-/* The contended path; naps of nap_ns at most (tests pass other values). */
-static inline void xsa_device_lock_acquire_napping(xsa_device_lock *l, long nap_ns) {
-    if (xsa_device_lock_try(l)) return;
+/* The contended path; naps of nap_ns at most (tests pass other values).
+ * False, without waiting, on a re-entry from a callback (above). */
+static inline bool xsa_device_lock_acquire_napping(xsa_device_lock *l, long nap_ns) {
+    if (xsa_device_lock_try(l)) return true;
+    if (xsa_device_lock_reentered(l)) return false;
     for (int i = 0; i < XSA_DEVICE_LOCK_SPINS; i++) {
         XSA_CPU_RELAX();
-        if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 && xsa_device_lock_try(l)) return;
+        if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 && xsa_device_lock_try(l)) return true;
     }
     atomic_fetch_add_explicit(&l->sleepers, 1, memory_order_seq_cst);
     while (!xsa_device_lock_try(l)) {
@@ -57,11 +89,14 @@ static inline void xsa_device_lock_acquire_napping(xsa_device_lock *l, long nap_
         syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 1, &nap, NULL, 0);
     }
     atomic_fetch_sub_explicit(&l->sleepers, 1, memory_order_relaxed);
+    return true;
 }
 
-static inline void xsa_device_lock_acquire(xsa_device_lock *l) {
-    if (__builtin_expect(xsa_device_lock_try(l), 1)) return;
-    xsa_device_lock_acquire_napping(l, XSA_DEVICE_LOCK_NAP_NS);
+/* True once the lock is held; false (not held) when the calling thread
+ * already holds it inside a callback. */
+__attribute__((warn_unused_result)) static inline bool xsa_device_lock_acquire(xsa_device_lock *l) {
+    if (__builtin_expect(xsa_device_lock_try(l), 1)) return true;
+    return xsa_device_lock_acquire_napping(l, XSA_DEVICE_LOCK_NAP_NS);
 }
 
 static inline void xsa_device_lock_release(xsa_device_lock *l) {

@@ -2,14 +2,27 @@
  * api/devices: start-up, the device table, its locks and pools (design in
  * devices.h).
  *
- * Design: initialisation (explicit, or lazy on the first call from the first
- * of XSALLOC_CONF, PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF that is set)
- * parses the configuration, names the PyTorch keys it cannot honour on
- * stderr (one line), picks the driver, counts devices and starts the lag
- * probe if XSALLOC_LAG_PROBE names a file (api/lag_probe.h). Start-up and
- * shutdown hold one mutex; they must not run concurrently with other calls.
- * Settings changed at run time (api/settings.c) are applied with that
- * mutex and every device's lock held; the mutex guards what they change.
+ * Design: start-up has two steps. Configuring parses the settings (the
+ * string given, or the environment's: api/config_env.h) and names the
+ * PyTorch keys it cannot honour on stderr (one line); it touches no driver.
+ * Starting picks the driver, initialises it, counts devices and starts the
+ * lag probe if XSALLOC_LAG_PROBE names a file (api/lag_probe.h). xsa_init
+ * does both; xsa_configure only the first, and the first call that needs a
+ * device starts (so a process may still choose its GPUs, or fork, until
+ * then); calls that need only the settings (xsa_get_settings, run-time
+ * settings) configure without starting. Start-up and shutdown hold one
+ * mutex; they must not run concurrently with other calls. Settings changed
+ * at run time (api/settings.c) are applied with that mutex and every
+ * device's lock held; the mutex guards what they change.
+ *
+ * A fork (api/fork.c's handlers) holds the mutex across the fork, so the
+ * child gets it free. A child forked after the driver started cannot use
+ * it (CUDA cannot be initialised again in a forked child): the child
+ * forgets the parent's pools without touching them, every call that needs
+ * a device fails saying so, as PyTorch does, and xsa_free of the parent's
+ * memory does nothing. A child forked before the start starts its own, as
+ * does a forked child that picks the simulated driver (xsa_use_driver),
+ * which holds no CUDA state: tests stand for another process so.
  */
 #include "api/devices.h"
 
@@ -17,8 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "api/config.h"
+#include "api/config_env.h"
 #include "api/errors.h"
 #include "api/lag_probe.h"
 #include "api/ranges.h"
@@ -34,9 +50,13 @@ xsa_device_table xsa_devices;
 static struct {
     pthread_mutex_t init_lock;
     const char *forced_driver; /* xsa_use_driver */
+    bool configured;           /* config holds the settings (ready implies it) */
     xsa_config config;
     const char *conf_source;   /* see xsa_api_conf_source */
     char *conf_text;           /* a copy: the environment may change */
+    const char *under_source;  /* PyTorch's variable XSALLOC_CONF layers over, or NULL */
+    char *under_text;
+    pid_t forked_from;         /* in a child forked after the start: the parent */
     xsa_observer_fn observer;  /* what new pools get (xsa_devices_set_observer) */
     /* The strings given at run time (xsa_api_change_options), one copy of
      * each, kept until xsa_shutdown as xsa_settings promises; the last. */
@@ -51,6 +71,9 @@ xsa_status xsa_use_driver(const char *name) {
     pthread_mutex_lock(&g.init_lock);
     bool ready = atomic_load(&xsa_devices.ready);
     if (!ready) g.forced_driver = name && strcmp(name, "cuda") == 0 ? "cuda" : name ? "sim" : NULL;
+    /* The simulator holds no CUDA state: a forked child that picks it
+     * starts afresh (tests stand for another process so). */
+    if (!ready && g.forced_driver && strcmp(g.forced_driver, "sim") == 0) g.forked_from = 0;
     pthread_mutex_unlock(&g.init_lock);
     if (ready) return xsa_fail(XSA_ERROR_ALREADY_INITIALIZED, "xsa_use_driver: already initialised; call xsa_shutdown first");
     return xsa_ok();
@@ -82,12 +105,56 @@ static xsa_driver *pick_driver(void) {
     return d;
 }
 
-/* Called with init_lock held. */
-static xsa_status init_locked(const char *conf) {
-    const char *text = conf, *source = conf ? "xsa_init" : xsa_config_env(&text);
-    char why[1024];
-    if (!xsa_config_parse(text, &g.config, why, sizeof why))
-        return xsa_fail(XSA_ERROR_CONFIG, "%s: %s", conf ? "configuration" : source, why);
+/* Forgets the configuration (init_lock held). */
+static void unconfigure_locked(void) {
+    free(g.conf_text);
+    free(g.under_text);
+    g.conf_text = g.under_text = NULL;
+    g.conf_source = g.under_source = NULL;
+    g.configured = false;
+}
+
+/* Parses the settings: `conf`, or the environment's when NULL (init_lock
+ * held, not configured). */
+static xsa_status configure_locked(const char *conf) {
+    char why[2048];
+    xsa_config cfg;
+    const char *source = "xsa_init", *text = conf, *under = NULL, *under_text = NULL, *who = "configuration";
+    if (conf) {
+        if (!xsa_config_parse(conf, &cfg, why, sizeof why)) return xsa_fail(XSA_ERROR_CONFIG, "configuration: %s", why);
+    } else {
+        xsa_config_var over, torch;
+        if (!xsa_config_from_env(&cfg, &over, &torch, why, sizeof why)) return xsa_fail(XSA_ERROR_CONFIG, "%s", why);
+        source = over.text ? over.name : torch.text ? torch.name : NULL;
+        text = over.text ? over.text : torch.text;
+        if (over.text && torch.text) under = torch.name, under_text = torch.text;
+        who = source;
+        if (under && snprintf(why, sizeof why, "%s over %s", source, under) > 0) who = why;
+    }
+    char *copy = text ? strdup(text) : NULL, *under_copy = under_text ? strdup(under_text) : NULL;
+    if ((text && !copy) || (under_text && !under_copy)) {
+        free(copy);
+        free(under_copy);
+        return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_init: out of host memory");
+    }
+    if (cfg.ignored[0]) xsa_config_name_ignored(who, cfg.ignored);
+    g.config = cfg;
+    g.conf_source = source, g.conf_text = copy;
+    g.under_source = under, g.under_text = under_copy;
+    g.configured = true;
+    return XSA_SUCCESS;
+}
+
+/* Picks and initialises the driver and counts the devices (init_lock
+ * held, configured, not started). */
+static xsa_status start_locked(void) {
+    if (g.forked_from)
+        return xsa_fail(XSA_ERROR_NO_DRIVER,
+                        "Cannot re-initialize CUDA in forked subprocess: xsalloc started the CUDA driver in the "
+                        "parent process (pid %d) before this process was forked from it, and a forked child cannot "
+                        "use it. To use CUDA with multiprocessing, use the 'spawn' start method, or fork before the "
+                        "first CUDA allocation",
+                        (int)g.forked_from);
     xsa_driver *d = pick_driver();
     if (!d) return XSA_ERROR_NO_DRIVER;
     xsa_cu_result r = XSA_DRV(d, init);
@@ -96,23 +163,14 @@ static xsa_status init_locked(const char *conf) {
     if (r != XSA_CU_SUCCESS)
         return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: initialisation failed: %s", d->name, d->error_string(r));
     if (count <= 0) return xsa_fail(XSA_ERROR_NO_DRIVER, "%s driver: no device", d->name);
-    char *copy = text ? strdup(text) : NULL;
-    if (text && !copy) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_init: out of host memory");
     xsa_status st = xsa_lag_probe_start(getenv("XSALLOC_LAG_PROBE"), d);
-    if (st != XSA_SUCCESS) {
-        free(copy);
-        return st;
-    }
-    if (g.config.ignored[0])
-        fprintf(stderr, "xsalloc: %s: ignoring %s (xsalloc cannot honour these PyTorch keys; docs/configuration.md says why)\n",
-                conf ? "configuration" : source, g.config.ignored);
-    g.conf_source = source;
-    g.conf_text = copy;
+    if (st != XSA_SUCCESS) return st;
     xsa_devices.drv = d;
     xsa_devices.devices = count < XSA_MAX_DEVICES ? count : XSA_MAX_DEVICES;
     for (int i = 0; i < xsa_devices.devices; i++) {
         atomic_init(&xsa_devices.slot[i].lock.state, 0);
         atomic_init(&xsa_devices.slot[i].lock.sleepers, 0);
+        atomic_init(&xsa_devices.slot[i].lock.callback_thread, 0);
         xsa_devices.slot[i].pool = NULL;
         xsa_devices.slot[i].pending_fraction = -1;
     }
@@ -120,21 +178,52 @@ static xsa_status init_locked(const char *conf) {
     return XSA_SUCCESS;
 }
 
+/* Configures (from `conf`, or the environment) if need be, then starts
+ * (init_lock held). On a failure, a configuration made here is forgotten,
+ * as if the call had not happened. */
+static xsa_status start_configuring_locked(const char *conf) {
+    bool here = !g.configured;
+    xsa_status st = here ? configure_locked(conf) : XSA_SUCCESS;
+    if (st == XSA_SUCCESS) st = start_locked();
+    if (st != XSA_SUCCESS && here && g.configured) unconfigure_locked();
+    return st;
+}
+
 xsa_status xsa_init(const char *conf) {
     pthread_mutex_lock(&g.init_lock);
-    xsa_status st = atomic_load(&xsa_devices.ready)
-                        ? xsa_fail(XSA_ERROR_ALREADY_INITIALIZED, "xsa_init: already initialised; call xsa_shutdown first")
-                        : init_locked(conf);
+    xsa_status st = g.configured ? xsa_fail(XSA_ERROR_ALREADY_INITIALIZED,
+                                            "xsa_init: already initialised; call xsa_shutdown first")
+                                 : start_configuring_locked(conf);
+    pthread_mutex_unlock(&g.init_lock);
+    return st == XSA_SUCCESS ? xsa_ok() : st;
+}
+
+xsa_status xsa_configure(const char *conf) {
+    pthread_mutex_lock(&g.init_lock);
+    xsa_status st = g.configured ? xsa_fail(XSA_ERROR_ALREADY_INITIALIZED,
+                                            "xsa_configure: already initialised; call xsa_shutdown first")
+                                 : configure_locked(conf);
     pthread_mutex_unlock(&g.init_lock);
     return st == XSA_SUCCESS ? xsa_ok() : st;
 }
 
 xsa_status xsa_devices_start(void) {
     pthread_mutex_lock(&g.init_lock);
-    xsa_status st = atomic_load(&xsa_devices.ready) ? XSA_SUCCESS : init_locked(NULL);
+    xsa_status st = atomic_load(&xsa_devices.ready) ? XSA_SUCCESS : start_configuring_locked(NULL);
     pthread_mutex_unlock(&g.init_lock);
     return st;
 }
+
+/* Configures from the environment unless configured: what the calls that
+ * need only the settings do. With init_lock held on success. */
+static xsa_status lock_configured(void) {
+    pthread_mutex_lock(&g.init_lock);
+    xsa_status st = g.configured ? XSA_SUCCESS : configure_locked(NULL);
+    if (st != XSA_SUCCESS) pthread_mutex_unlock(&g.init_lock);
+    return st;
+}
+
+bool xsa_devices_forked(void) { return g.forked_from != 0; }
 
 xsa_driver *xsa_active_driver(void) { return xsa_api_ensure_init() == XSA_SUCCESS ? xsa_devices.drv : NULL; }
 
@@ -182,7 +271,7 @@ static void range_released(void *ctx, uintptr_t base) {
 }
 
 xsa_status xsa_devices_create_pool(int device) {
-    xsa_device_slot *s = &xsa_devices.slot[device];
+    xsa_device_slot *s = xsa_api_slot(device);
     const char *warning = NULL;
     xsa_pool_options opt = g.config.pool;
     if (s->pending_fraction >= 0) opt.memory_fraction = s->pending_fraction;
@@ -199,12 +288,21 @@ xsa_status xsa_devices_create_pool(int device) {
     return XSA_SUCCESS;
 }
 
+xsa_status xsa_api_reentered(const char *fn, int device) {
+    return xsa_fail(XSA_ERROR_NOT_SUPPORTED,
+                    "%s: called from a memory hook or trace callback that device %d's allocator runs on this thread, "
+                    "in the middle of a call that holds the device: a callback may read statistics (xsa_get_stats, "
+                    "xsa_cache_info) but not call anything else of xsalloc on that device",
+                    fn, device);
+}
+
 xsa_status xsa_api_lock(const char *fn, int device, bool create, xsa_pool **pool) {
     xsa_status st = xsa_api_check_device(fn, device);
     if (st != XSA_SUCCESS) return st;
-    if (create) return xsa_api_lock_pool(device, pool);
-    xsa_device_lock_acquire(&xsa_devices.slot[device].lock);
-    *pool = xsa_devices.slot[device].pool;
+    if (create) return xsa_api_lock_pool(fn, device, pool);
+    xsa_device_slot *s = xsa_api_slot(device);
+    if (!xsa_device_lock_acquire(&s->lock)) return XSA_API_REENTERED(fn, device);
+    *pool = s->pool;
     return XSA_SUCCESS;
 }
 
@@ -214,10 +312,12 @@ void xsa_api_options(xsa_pool_options *out) {
     pthread_mutex_unlock(&g.init_lock);
 }
 
-const char *xsa_api_conf_source(const char **text) {
+const char *xsa_api_conf_source(const char **text, const char **under, const char **under_text) {
     pthread_mutex_lock(&g.init_lock);
     const char *source = g.conf_source;
     *text = g.conf_text;
+    *under = g.under_source;
+    *under_text = g.under_text;
     pthread_mutex_unlock(&g.init_lock);
     return source;
 }
@@ -241,21 +341,22 @@ static const char *keep_text(const char *text) {
     return g.texts[g.n_texts++];
 }
 
-xsa_status xsa_api_change_options(xsa_options_merge merge, void *ctx, const char *text) {
-    xsa_status st = xsa_api_ensure_init();
+xsa_status xsa_api_change_options(xsa_options_merge merge, void *ctx, const char *text, bool apply) {
+    xsa_status st = lock_configured();
     if (st != XSA_SUCCESS) return st;
-    pthread_mutex_lock(&g.init_lock);
     xsa_pool_options next;
     const char *kept = NULL;
     st = merge(&g.config.pool, &next, ctx);
-    if (st == XSA_SUCCESS && !(kept = keep_text(text)))
+    if (st == XSA_SUCCESS && apply && !(kept = keep_text(text)))
         st = xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_set_allocator_settings: out of host memory");
     if (st != XSA_SUCCESS) {
         pthread_mutex_unlock(&g.init_lock);
         return st;
     }
-    int n = xsa_devices.devices;
-    for (int d = 0; d < n; d++) xsa_device_lock_acquire(&xsa_devices.slot[d].lock);
+    /* Not started: no pool yet, the pools made at the start take them. */
+    int n = atomic_load(&xsa_devices.ready) ? xsa_devices.devices : 0, locked = 0;
+    while (locked < n && xsa_device_lock_acquire(&xsa_api_slot(locked)->lock)) locked++;
+    if (locked < n) st = xsa_api_reentered("xsa_set_allocator_settings", locked);
     /* Whether a device can map virtual memory is the one thing to ask, and
      * the one step that can fail: asked of every pool before any changes. */
     for (int d = 0; d < n && st == XSA_SUCCESS; d++) {
@@ -265,25 +366,24 @@ xsa_status xsa_api_change_options(xsa_options_merge merge, void *ctx, const char
             if (ps != XSA_POOL_OK) st = xsa_api_status(ps);
         }
     }
-    for (int d = 0; d < n && st == XSA_SUCCESS; d++) {
+    for (int d = 0; d < n && st == XSA_SUCCESS && apply; d++) {
         xsa_pool *p = xsa_devices.slot[d].pool;
         const char *warning = p ? xsa_pool_set_options(p, &next) : NULL;
         if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", d, warning);
     }
-    if (st == XSA_SUCCESS) {
+    if (st == XSA_SUCCESS && apply) {
         g.config.pool = next;
         g.runtime_text = kept;
     }
-    for (int d = n - 1; d >= 0; d--) xsa_device_lock_release(&xsa_devices.slot[d].lock);
+    for (int d = locked - 1; d >= 0; d--) xsa_device_lock_release(&xsa_devices.slot[d].lock);
     pthread_mutex_unlock(&g.init_lock);
     return st == XSA_SUCCESS ? xsa_ok() : st;
 }
 
 xsa_status xsa_get_settings(xsa_settings *out) {
     if (!out) return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_get_settings: out is NULL");
-    xsa_status st = xsa_api_ensure_init();
+    xsa_status st = lock_configured();
     if (st != XSA_SUCCESS) return st;
-    pthread_mutex_lock(&g.init_lock);
     const xsa_pool_options *o = &g.config.pool;
     _Static_assert(sizeof out->roundup_power2_divisions == sizeof o->roundup_power2_divisions,
                    "xsa_settings carries every roundup interval");
@@ -306,9 +406,11 @@ void xsa_devices_set_observer(xsa_observer_fn fn) {
         if (xsa_devices.slot[d].pool) xsa_pool_set_observer(xsa_devices.slot[d].pool, fn, NULL);
 }
 
-bool xsa_devices_hold_startup(void) {
+xsa_devices_phase xsa_devices_hold_startup(void) {
     pthread_mutex_lock(&g.init_lock);
-    return atomic_load(&xsa_devices.ready);
+    return atomic_load(&xsa_devices.ready) ? XSA_DEVICES_STARTED
+           : g.configured                  ? XSA_DEVICES_CONFIGURED
+                                           : XSA_DEVICES_OFF;
 }
 
 void xsa_devices_stop(void) {
@@ -316,17 +418,41 @@ void xsa_devices_stop(void) {
         if (xsa_devices.slot[i].pool) xsa_pool_destroy(xsa_devices.slot[i].pool);
         xsa_devices.slot[i].pool = NULL;
     }
-    xsa_ranges_clear();
+    if (!g.forked_from) xsa_ranges_clear(); /* a forked child's may be mid-change: left */
     g.observer = NULL;
     atomic_store(&xsa_devices.ready, false);
-    free(g.conf_text);
-    g.conf_text = NULL;
+    unconfigure_locked();
     for (size_t i = 0; i < g.n_texts; i++) free(g.texts[i]);
     free(g.texts);
     g.texts = NULL, g.n_texts = 0, g.runtime_text = NULL;
-    g.conf_source = NULL;
     xsa_devices.drv = NULL;
     xsa_devices.devices = 0;
 }
 
 void xsa_devices_release_startup(void) { pthread_mutex_unlock(&g.init_lock); }
+
+/* ---- fork (api/fork.c registers these with pthread_atfork) ---- */
+
+void xsa_devices_fork_prepare(void) { pthread_mutex_lock(&g.init_lock); }
+
+void xsa_devices_fork_parent(void) { pthread_mutex_unlock(&g.init_lock); }
+
+void xsa_devices_fork_child(void) {
+    if (atomic_load(&xsa_devices.ready)) {
+        /* The parent's pools, driver handles and locks are the parent's:
+         * forgotten, never touched (their memory is the parent's copy). */
+        for (int i = 0; i < xsa_devices.devices; i++) {
+            xsa_device_slot *s = &xsa_devices.slot[i];
+            s->pool = NULL;
+            atomic_store(&s->lock.state, 0);
+            atomic_store(&s->lock.sleepers, 0);
+            atomic_store(&s->lock.callback_thread, 0);
+        }
+        xsa_lag_probe_forget();
+        g.observer = NULL;
+        g.forked_from = getppid();
+        xsa_devices.devices = 0;
+        atomic_store(&xsa_devices.ready, false);
+    }
+    pthread_mutex_unlock(&g.init_lock);
+}

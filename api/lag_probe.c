@@ -2,10 +2,12 @@
  * api/lag_probe: how many allocator calls pass between recording a fence on
  * a stream and seeing it complete, in a real PyTorch program.
  *
- * Design: while the probe is on, the PyTorch entry points (api/pytorch.c)
- * call xsa_lag_probe_call after every malloc and free; while it is off they
+ * Design: while the probe is on, the PyTorch entry points (api/pytorch.c:
+ * the pluggable allocator's and the torch adapter's) call
+ * xsa_lag_probe_call after every malloc and free; while it is off they
  * pay one untaken branch on xsa_lag_probe_on. Every XSA_LAG_PROBE_EVERY-th
- * call records an event on that call's stream with the call's number; at
+ * call (or the next one with a known stream: the adapter's frees pass
+ * none) records an event on that call's stream with the call's number; at
  * every call the oldest pending probe of each stream is queried, and each
  * completed one adds (calls now - calls at record) to a histogram, exact
  * below XSA_LAG_PROBE_EXACT and in log2 buckets throughout. Work on one
@@ -60,6 +62,7 @@ static struct {
     int free_head;
     lane lanes[XSA_LAG_PROBE_LANES];
     uint64_t calls, probes, pending, skipped, sum, max;
+    bool due; /* a probe is to be recorded at the next call with a stream */
     uint64_t buckets[BUCKETS];
     uint32_t exact[XSA_LAG_PROBE_EXACT];
 } P;
@@ -157,7 +160,11 @@ void xsa_lag_probe_call(int device, void *stream) {
     if (atomic_load_explicit(&xsa_lag_probe_on, memory_order_relaxed)) {
         xsa_cuda_ctx_watch(); /* event_create makes the device's context current */
         P.calls++;
-        if (poll_locked() && P.calls % XSA_LAG_PROBE_EVERY == 0) record_locked(device, stream);
+        P.due = P.due || P.calls % XSA_LAG_PROBE_EVERY == 0;
+        if (poll_locked() && P.due && device >= 0) {
+            P.due = false;
+            record_locked(device, stream);
+        }
         xsa_cuda_ctx_restore();
     }
     pthread_mutex_unlock(&lock);
@@ -260,6 +267,12 @@ void xsa_lag_probe_stop(void) {
     finish_locked(true);
     xsa_cuda_ctx_restore();
     pthread_mutex_unlock(&lock);
+}
+
+void xsa_lag_probe_forget(void) {
+    pthread_mutex_init(&lock, NULL);
+    atomic_store_explicit(&xsa_lag_probe_on, false, memory_order_relaxed);
+    P.armed = false;
 }
 
 void xsa_lag_probe_read(xsa_lag_probe_stats *out) {

@@ -31,8 +31,15 @@ xsa_status xsa_lag_probe_start(const char *path, xsa_driver *drv);
 void xsa_lag_probe_stop(void);
 
 /* One allocator call on (device, stream): counts it, adds the probes that
- * completed, and records a probe on every XSA_LAG_PROBE_EVERY-th. */
+ * completed, and records a probe on the first call with a stream at or
+ * after every XSA_LAG_PROBE_EVERY-th. device < 0: a call whose stream is
+ * not known (a free through xsa_ctx_free), counted but never recorded on. */
 void xsa_lag_probe_call(int device, void *stream);
+
+/* In a child forked from a probing process: stops probing, writes
+ * nothing (the file is the parent's) and frees the mutex a parent thread
+ * may have held. */
+void xsa_lag_probe_forget(void);
 
 /* What the PyTorch entry points call: one untaken branch while off. */
 static inline void xsa_lag_probe_note(int device, void *stream) {

@@ -152,9 +152,16 @@ static void call_hooks(const xsa_obs_event *e) {
 
 /* ---- the observer ---- */
 
+/* Called with device e->device's lock held. The user's callbacks run
+ * marked as such on the lock, so that a call of theirs back into xsalloc
+ * on this device fails at once or only reads (api/device_lock.h) instead
+ * of waiting for itself. */
 static void on_event(void *ctx, const xsa_obs_event *e) {
     (void)ctx;
     int action = action_of(e->kind);
+    bool user = obs.trace_fn || obs.n_hooks > 0;
+    xsa_device_lock *lock = &xsa_api_slot(e->device)->lock;
+    if (user) xsa_device_lock_enter_callback(lock);
     if (action >= 0 && (obs.recording || obs.trace_fn)) {
         xsa_history_entry entry = {
             .action = (xsa_action)action, .addr = e->addr, .size = e->size, .stream = e->stream,
@@ -164,6 +171,7 @@ static void on_event(void *ctx, const xsa_obs_event *e) {
         if (obs.trace_fn) obs.trace_fn(e->device, &entry, obs.trace_user);
     }
     if (obs.n_hooks > 0) call_hooks(e);
+    if (user) xsa_device_lock_leave_callback(lock);
 }
 
 void xsa_observe_shutdown(void) {
@@ -171,10 +179,14 @@ void xsa_observe_shutdown(void) {
     memset(&obs, 0, sizeof obs);
 }
 
-/* Locks every device in index order (creating no pool). */
+/* Locks every device in index order (creating no pool); on a failure
+ * (a call from a callback of a device's own) none stays locked. */
 static xsa_status lock_all(const char *fn, xsa_pool **pools, int *n) {
     xsa_status st = xsa_device_count(n);
-    for (int d = 0; st == XSA_SUCCESS && d < *n; d++) xsa_api_lock(fn, d, false, &pools[d]);
+    for (int d = 0; st == XSA_SUCCESS && d < *n; d++) {
+        if ((st = xsa_api_lock(fn, d, false, &pools[d])) == XSA_SUCCESS) continue;
+        while (d-- > 0) xsa_api_unlock(d);
+    }
     return st;
 }
 

@@ -1,12 +1,14 @@
 /*
- * api/pytorch: the functions PyTorch's CUDAPluggableAllocator and the CuPy
- * binding (python/xsalloc) call, over the public API.
+ * api/pytorch: the functions PyTorch's CUDAPluggableAllocator, the torch
+ * adapter and the CuPy binding (python/xsalloc) call, over the public API.
  *
  * Design: each entry point keeps the thread's current CUDA context around
- * its call and turns a failed status into a line on stderr and a NULL or
- * no-op, never an abort (api/torch_call.h says how and why).
- * xsa_torch_malloc and xsa_torch_free also feed the lag probe
- * (api/lag_probe.h), one untaken branch when off.
+ * its call; the xsa_torch_* ones turn a failed status into a line on
+ * stderr and a NULL or no-op, never an abort (api/torch_call.h says how
+ * and why). Every malloc and free here also feeds the lag probe
+ * (api/lag_probe.h), one untaken branch when off: xsa_ctx_malloc and
+ * xsa_ctx_free (what the adapter calls) with the call's stream and none,
+ * xsa_torch_free with the block's device and stream, which PyTorch passes.
  */
 #include "xsalloc/pytorch.h"
 
@@ -16,10 +18,16 @@
 #include "api/torch_call.h"
 
 xsa_status xsa_ctx_malloc(void **ptr, size_t size, int device, void *stream) {
-    return XSA_KEEPING_CONTEXT(xsa_malloc(ptr, size, device, stream));
+    xsa_status st = XSA_KEEPING_CONTEXT(xsa_malloc(ptr, size, device, stream));
+    xsa_lag_probe_note(device, stream);
+    return st;
 }
 
-xsa_status xsa_ctx_free(void *ptr) { return XSA_KEEPING_CONTEXT(xsa_free(ptr)); }
+xsa_status xsa_ctx_free(void *ptr) {
+    xsa_status st = XSA_KEEPING_CONTEXT(xsa_free(ptr));
+    xsa_lag_probe_note(-1, NULL); /* the block's stream is not known here */
+    return st;
+}
 
 void *xsa_torch_malloc(ssize_t size, int device, void *stream) {
     void *p = NULL;
@@ -28,13 +36,12 @@ void *xsa_torch_malloc(ssize_t size, int device, void *stream) {
         return NULL;
     }
     xsa_torch_check("xsa_torch_malloc", xsa_ctx_malloc(&p, (size_t)size, device, stream));
-    xsa_lag_probe_note(device, stream);
     return p;
 }
 
 void xsa_torch_free(void *ptr, ssize_t size, int device, void *stream) {
     (void)size;
-    xsa_torch_check("xsa_torch_free", xsa_ctx_free(ptr));
+    xsa_torch_check("xsa_torch_free", XSA_KEEPING_CONTEXT(xsa_free(ptr)));
     xsa_lag_probe_note(device, stream); /* PyTorch passes the block's device and stream */
 }
 

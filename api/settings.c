@@ -20,15 +20,18 @@
  *    what to do instead; the same value is accepted.
  * Nothing changes unless everything is accepted. The PyTorch keys xsalloc
  * accepts and ignores are validated as at initialisation and named on
- * stderr the first time each is given (docs/configuration.md).
+ * stderr the first time each is given in the process
+ * (xsa_config_name_ignored). xsa_check_allocator_settings runs every check
+ * and changes nothing: the torch adapter asks it before torch's own setter
+ * runs, so that a string xsalloc refuses changes neither side.
  */
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "api/config.h"
+#include "api/config_env.h"
 #include "api/errors.h"
 #include "api/devices.h"
 
@@ -89,40 +92,21 @@ static xsa_status merge(const xsa_pool_options *current, xsa_pool_options *next,
     return XSA_SUCCESS;
 }
 
-/* Names on stderr the ignored keys among `ignored` (config.c's list:
- * names joined by ", ") that no earlier call of this process named. */
-static void name_ignored(const char *ignored) {
-    static char named[32][64];
-    static size_t n_named;
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    char fresh[XSA_CONFIG_IGNORED_MAX] = "";
-    pthread_mutex_lock(&lock);
-    for (const char *p = ignored; *p; p += strspn(p, ", ")) {
-        size_t n = strcspn(p, ",");
-        char key[64];
-        snprintf(key, sizeof key, "%.*s", (int)n, p);
-        p += n;
-        bool seen = false;
-        for (size_t i = 0; i < n_named && !seen; i++) seen = strcmp(named[i], key) == 0;
-        if (seen) continue;
-        if (n_named < sizeof named / sizeof named[0]) strcpy(named[n_named++], key);
-        size_t len = strlen(fresh);
-        snprintf(fresh + len, sizeof fresh - len, "%s%s", len ? ", " : "", key);
-    }
-    pthread_mutex_unlock(&lock);
-    if (fresh[0])
-        fprintf(stderr, "xsalloc: xsa_set_allocator_settings: ignoring %s (xsalloc cannot honour these PyTorch keys; "
-                        "docs/configuration.md says why)\n", fresh);
-}
-
-xsa_status xsa_set_allocator_settings(const char *conf) {
-    static const char fn[] = "xsa_set_allocator_settings";
+/* Parses conf and checks it against the settings in use; applies it when
+ * `apply`. */
+static xsa_status change(const char *fn, const char *conf, bool apply) {
     if (!conf) return xsa_fail(XSA_ERROR_INVALID_VALUE, "%s: conf is NULL", fn);
     xsa_config given;
     char why[1024];
     if (!xsa_config_parse(conf, &given, why, sizeof why)) return xsa_fail(XSA_ERROR_CONFIG, "%s: %s", fn, why);
     merge_ctx ctx = {&given, fn};
-    xsa_status st = xsa_api_change_options(merge, &ctx, conf);
-    if (st == XSA_SUCCESS && given.ignored[0]) name_ignored(given.ignored);
+    xsa_status st = xsa_api_change_options(merge, &ctx, conf, apply);
+    if (st == XSA_SUCCESS && apply && given.ignored[0]) xsa_config_name_ignored(fn, given.ignored);
     return st;
+}
+
+xsa_status xsa_set_allocator_settings(const char *conf) { return change("xsa_set_allocator_settings", conf, true); }
+
+xsa_status xsa_check_allocator_settings(const char *conf) {
+    return change("xsa_check_allocator_settings", conf, false);
 }

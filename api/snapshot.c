@@ -52,9 +52,13 @@ static xsa_status copy_devices(device_copy **out, int *n) {
     bool ok = c != NULL;
     for (int d = 0; d < *n && ok; d++) {
         xsa_pool *p = NULL;
-        xsa_api_lock("snapshot", d, false, &p);
+        if ((st = xsa_api_lock("snapshot", d, false, &p)) != XSA_SUCCESS) break;
         ok = copy_device(d, p, &c[d]);
         xsa_api_unlock(d);
+    }
+    if (st != XSA_SUCCESS) {
+        free_copies(c, *n);
+        return st;
     }
     if (!ok) {
         if (c) free_copies(c, *n);
@@ -156,13 +160,18 @@ static void emit_settings(xsa_emitter *e) {
     xsa_pool_options opts;
     xsa_api_options(&opts);
     const xsa_pool_options *o = &opts;
-    const char *conf, *source = xsa_api_conf_source(&conf), *changed = xsa_api_runtime_settings();
+    const char *conf, *under, *under_conf, *source = xsa_api_conf_source(&conf, &under, &under_conf);
+    const char *changed = xsa_api_runtime_settings();
     if (changed) conf = changed, source = "xsa_set_allocator_settings"; /* PyTorch's: the last string given */
     xsa_emit_dict(e);
     /* PyTorch's key for the settings string in use, whichever variable
      * gave it; then xsalloc's: which one ("none" when none was set). */
     xsa_emit_key(e, "PYTORCH_CUDA_ALLOC_CONF"), xsa_emit_str(e, conf ? conf : "");
     xsa_emit_key(e, "conf_source"), xsa_emit_str(e, source ? source : "none");
+    if (under) { /* XSALLOC_CONF layered over PyTorch's variable */
+        xsa_emit_key(e, "conf_layered_over"), xsa_emit_str(e, under);
+        xsa_emit_key(e, "conf_layered_over_text"), xsa_emit_str(e, under_conf);
+    }
     xsa_emit_key(e, "expandable_segments"), xsa_emit_bool(e, o->expandable_segments);
     xsa_emit_key(e, "page_recycling"), xsa_emit_bool(e, o->page_recycling);
     xsa_emit_key(e, "max_split_size"), xsa_emit_int(e, o->max_split_size == SIZE_MAX ? -1 : (int64_t)o->max_split_size);

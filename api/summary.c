@@ -182,18 +182,21 @@ xsa_status xsa_memory_summary(int device, int abbreviated, char **out) {
     xsa_api_unlock(device);
     char *table = ok ? format(&stats, &snap, device, abbreviated) : NULL, *text = NULL;
     if (ok) xsa_pool_snapshot_free(&snap);
-    const char *conf, *source = xsa_api_conf_source(&conf), *changed = xsa_api_runtime_settings();
-    char *then = NULL;
+    const char *conf, *under, *under_conf, *source = xsa_api_conf_source(&conf, &under, &under_conf);
+    const char *changed = xsa_api_runtime_settings();
+    char *then = NULL, *over = NULL;
     if (changed && asprintf(&then, "; changed at run time by xsa_set_allocator_settings: \"%s\"", changed) < 0)
         then = NULL;
+    if (under && asprintf(&over, " over %s: \"%s\"", under, under_conf) < 0) over = NULL;
     int n = -1;
     if (table && !source)
         n = asprintf(&text, "%sxsalloc settings: all defaults (XSALLOC_CONF, PYTORCH_ALLOC_CONF and "
                             "PYTORCH_CUDA_ALLOC_CONF are unset)%s\n", table, then ? then : "");
     else if (table)
-        n = asprintf(&text, "%sxsalloc settings from %s: \"%s\"%s%s\n", table, source, conf,
-                     conf[0] ? "" : " (all defaults)", then ? then : "");
+        n = asprintf(&text, "%sxsalloc settings from %s: \"%s\"%s%s%s\n", table, source, conf,
+                     conf[0] || under ? "" : " (all defaults)", over ? over : "", then ? then : "");
     free(then);
+    free(over);
     free(table);
     if (n < 0) return xsa_fail(XSA_ERROR_OUT_OF_MEMORY, "xsa_memory_summary: out of host memory");
     *out = text;

@@ -14,7 +14,11 @@ eager attention, AdamW, batch 8 of seeded lengths 128-1024, --train-steps
 a cycle; its weights and optimizer state are tagged "trainer" with CPU
 backup, and its activations (the free cache of its pool) are dropped at
 pause. Generator: a Llama from transformers.LlamaConfig (12 layers, 2048
-wide, 16 heads, MLP 5632, vocab 32000, bf16), its weights untagged; its
+wide, 16 heads, MLP 5632, vocab 32000, fp32: in bf16 the greedy tokens of
+this random model changed between two identical calls in one process,
+under torch's allocator too, near-tied logits flipping on rounding noise,
+so no run could be compared with another; tests/gpu/probes/
+decode_determinism_probe.py shows it), its weights untagged; its
 KV cache (static, batch 32 x 1024 positions) tagged "kv_cache" and its
 decode steps captured in CUDA graphs (batch 1-32, one shared pool, tagged
 "graph" where the saver can: xsalloc; torch_memory_saver's torch mode cannot
@@ -146,7 +150,7 @@ class Generator:
         c = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=12,
                         num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=max_len)
         default = torch.get_default_dtype()
-        torch.set_default_dtype(torch.bfloat16)
+        torch.set_default_dtype(torch.float32)
         try:
             with torch.device("cuda"):
                 self.model = LlamaForCausalLM(c).eval()
@@ -158,8 +162,8 @@ class Generator:
         self.positions = torch.arange(max_len, device="cuda")
         with saver.region("kv_cache"):
             shape = (max_batch, self.heads, max_len, self.dim)
-            self.kv = [(torch.zeros(shape, dtype=torch.bfloat16, device="cuda"),
-                        torch.zeros(shape, dtype=torch.bfloat16, device="cuda")) for _ in self.model.model.layers]
+            self.kv = [(torch.zeros(shape, device="cuda"), torch.zeros(shape, device="cuda"))
+                       for _ in self.model.model.layers]
         self.kv_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv)
         self.graphs = {}
 

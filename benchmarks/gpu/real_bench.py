@@ -225,7 +225,7 @@ def child(args):
     if use_xsalloc:
         os.environ.pop("XSALLOC_CONF", None)  # default configuration unless --conf
         if args.lag:
-            os.environ["XSALLOC_LAG_PROBE"] = args.lag  # read by xsa_init, inside use()
+            os.environ["XSALLOC_LAG_PROBE"] = args.lag  # read when xsalloc starts (its first allocation)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are built from configs: never reach for a hub
 
     import torch

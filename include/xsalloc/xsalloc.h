@@ -11,10 +11,19 @@
  * on an error, xsa_last_error() gives a sentence (thread local) that stays
  * valid until the next xsalloc call on this thread.
  *
- * Initialisation is lazy: the first call initialises from the first of the
- * environment variables XSALLOC_CONF, PYTORCH_ALLOC_CONF and
- * PYTORCH_CUDA_ALLOC_CONF that is set. Call xsa_init() first to pass a
- * configuration string instead.
+ * Initialisation is lazy: the first call that needs a device starts the
+ * driver, with the settings of the environment (PyTorch's
+ * PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF, with XSALLOC_CONF
+ * layered over it key by key). Call xsa_init() first to pass a
+ * configuration string instead, or xsa_configure() to pass one without
+ * starting the driver yet.
+ *
+ * fork: a child forked before the driver started starts its own; in a
+ * child forked after it started, every call that needs a device fails with
+ * XSA_ERROR_NO_DRIVER ("Cannot re-initialize CUDA in forked subprocess",
+ * as CUDA itself cannot), and xsa_free of the parent's memory does nothing;
+ * such a child that picks the simulated driver (xsa_use_driver("sim"))
+ * starts afresh on it, as another process would.
  */
 #ifndef XSALLOC_H
 #define XSALLOC_H
@@ -60,12 +69,18 @@ XSA_API xsa_status xsa_use_driver(const char *name);
 XSA_API const char *xsa_driver_name(void);
 
 /* Initialises from `conf` (PYTORCH_CUDA_ALLOC_CONF syntax), or, when conf is
- * NULL, from the first of XSALLOC_CONF, PYTORCH_ALLOC_CONF and
- * PYTORCH_CUDA_ALLOC_CONF that is set (none: all defaults). PyTorch keys that
- * xsalloc accepts but cannot honour are named in one line on stderr
- * (docs/configuration.md). Fails with XSA_ERROR_ALREADY_INITIALIZED if initialised
- * (call xsa_shutdown first). */
+ * NULL, from the environment: PYTORCH_ALLOC_CONF, else
+ * PYTORCH_CUDA_ALLOC_CONF, with XSALLOC_CONF over it key by key (none set:
+ * all defaults), and starts the driver. PyTorch keys that xsalloc accepts
+ * but cannot honour are named in one line on stderr, once per process
+ * (docs/configuration.md). Fails with XSA_ERROR_ALREADY_INITIALIZED if
+ * initialised or configured (call xsa_shutdown first). */
 XSA_API xsa_status xsa_init(const char *conf);
+/* Takes the settings as xsa_init does (the same string, the same errors)
+ * without starting the driver: the first call that needs a device starts
+ * it. So nothing touches CUDA until then (a process may still set
+ * CUDA_VISIBLE_DEVICES or fork). */
+XSA_API xsa_status xsa_configure(const char *conf);
 /* Frees every cached block, returns all memory to the driver and forgets the
  * configuration. Live allocations are released too (their pointers become
  * invalid); xsa_live_allocations tells how many there were. Blocks this
@@ -508,7 +523,9 @@ XSA_API xsa_status xsa_driver_calls_json(char *buf, size_t len, size_t *needed);
  * then only if the cache missed alloc_pre and (if new memory was obtained)
  * alloc_post, then (on success) malloc_post. For one xsa_free: free_pre,
  * free_post. Hooks run on the calling thread with the device's lock held:
- * they must not call xsalloc. */
+ * they may read that device's statistics (xsa_get_stats, xsa_cache_info);
+ * any other call on that device fails with XSA_ERROR_NOT_SUPPORTED (it
+ * never waits for the lock its own thread holds). */
 typedef struct xsa_hook_info {
     int device;
     size_t size;      /* bytes requested by the caller */
@@ -568,7 +585,9 @@ XSA_API void xsa_set_trace_tag(uint64_t tag);
 
 /* Called with every event as it happens, recorded or not (PyTorch's
  * allocator trace tracker), on the calling thread with the device's lock
- * held: it must not call xsalloc. fn NULL removes it. */
+ * held: as a memory hook, it may read the device's statistics and any
+ * other call on that device fails with XSA_ERROR_NOT_SUPPORTED. fn NULL
+ * removes it. */
 typedef void (*xsa_trace_fn)(int device, const xsa_history_entry *entry, void *user);
 XSA_API xsa_status xsa_set_trace_callback(xsa_trace_fn fn, void *user);
 
@@ -586,7 +605,7 @@ typedef struct xsa_device_snapshot {
 
 XSA_API xsa_status xsa_device_snapshot_take(int device, xsa_device_snapshot *out);
 
-/* The settings in use (initialises if needed), with PyTorch's meanings:
+/* The settings in use (configures if needed, starts nothing), with PyTorch's meanings:
  * where they came from (source: "XSALLOC_CONF", "PYTORCH_ALLOC_CONF",
  * "PYTORCH_CUDA_ALLOC_CONF", "xsa_init", "xsa_set_allocator_settings" once
  * they changed at run time, or NULL when all are defaults) and the last
@@ -601,7 +620,8 @@ typedef struct xsa_settings {
 } xsa_settings;
 XSA_API xsa_status xsa_get_settings(xsa_settings *out);
 
-/* Changes the settings at run time (initialises first if needed): PyTorch's
+/* Changes the settings at run time (configures first if needed; before the
+ * driver starts, the pools are then made with them): PyTorch's
  * _set_allocator_settings, which the torch adapter forwards here. The
  * string has XSALLOC_CONF's syntax and keys and is checked the same way
  * (XSA_ERROR_CONFIG, naming the key). As in PyTorch, max_split_size_mb,
@@ -617,6 +637,10 @@ XSA_API xsa_status xsa_get_settings(xsa_settings *out);
  * is True); nothing changes on any failure. PyTorch keys xsalloc ignores
  * are accepted and named on stderr once. docs/configuration.md has the table. */
 XSA_API xsa_status xsa_set_allocator_settings(const char *conf);
+/* What xsa_set_allocator_settings(conf) would answer, with nothing
+ * changed: the torch adapter asks it before torch's own setter, so that a
+ * string xsalloc refuses leaves both allocators' settings as they were. */
+XSA_API xsa_status xsa_check_allocator_settings(const char *conf);
 XSA_API void xsa_device_snapshot_free(xsa_device_snapshot *snap);
 
 #ifdef __cplusplus

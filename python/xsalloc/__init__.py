@@ -35,6 +35,8 @@ __all__ = [
     "reset_peak_memory_stats",
     "set_allocator_settings",
     "snapshot",
+    "time_driver_calls",
+    "driver_calls",
 ]
 
 
@@ -79,13 +81,11 @@ def reset_accumulated_memory_stats(device=0):
 def set_allocator_settings(conf):
     """Changes the settings at run time, on every device (xsa_set_allocator_settings):
     XSALLOC_CONF's syntax and keys with PyTorch's run-time rules (docs/configuration.md).
-    A malformed string raises ValueError; a key that cannot change any more,
-    XsallocError naming it; nothing changes then."""
+    A string xsalloc refuses raises XsallocError, nothing changed: .status
+    'XSA_ERROR_CONFIG' for a malformed one (naming the key and value),
+    'XSA_ERROR_NOT_SUPPORTED' for a key that cannot change any more (naming it)."""
     lib = load()
-    st = lib.cdll.xsa_set_allocator_settings(conf.encode())
-    if st == _lib.ERROR_CONFIG:
-        raise ValueError(f"xsa_set_allocator_settings: {lib.last_error()}")
-    lib.check(st, "xsa_set_allocator_settings")
+    lib.check(lib.cdll.xsa_set_allocator_settings(conf.encode()), "xsa_set_allocator_settings")
 
 
 def time_driver_calls(enabled=True):

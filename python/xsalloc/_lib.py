@@ -94,6 +94,7 @@ _DECLS = {
     "xsa_use_driver": (_c.c_int, [_c.c_char_p]),
     "xsa_driver_name": (_c.c_char_p, []),
     "xsa_init": (_c.c_int, [_c.c_char_p]),
+    "xsa_configure": (_c.c_int, [_c.c_char_p]),
     "xsa_shutdown": (_c.c_int, []),
     "xsa_device_count": (_c.c_int, [_c.POINTER(_c.c_int)]),
     "xsa_malloc": (_c.c_int, [_c.POINTER(_c.c_void_p), _c.c_size_t, _c.c_int, _c.c_void_p]),
@@ -106,6 +107,7 @@ _DECLS = {
     "xsa_get_base_allocation": (_c.c_int, [_c.c_void_p, _c.POINTER(_c.c_void_p), _c.POINTER(_c.c_size_t)]),
     "xsa_set_memory_fraction": (_c.c_int, [_c.c_double, _c.c_int]),
     "xsa_set_allocator_settings": (_c.c_int, [_c.c_char_p]),
+    "xsa_check_allocator_settings": (_c.c_int, [_c.c_char_p]),
     "xsa_get_stats": (_c.c_int, [_c.c_int, _c.POINTER(DeviceStats)]),
     "xsa_reset_peak_stats": (_c.c_int, [_c.c_int]),
     "xsa_reset_accumulated_stats": (_c.c_int, [_c.c_int]),
@@ -196,8 +198,12 @@ class Library:
         return self.cdll.xsa_status_name(status).decode()
 
     def check(self, status, what):
+        """Raises XsallocError("WHAT: STATUS: sentence") unless status is XSA_SUCCESS; the C
+        sentence's own "fn: " prefix is dropped when it repeats what."""
         if status != SUCCESS:
             detail = self.last_error() or "no detail"
+            if detail.startswith(what + ": "):
+                detail = detail[len(what) + 2:]
             raise XsallocError(self.status_name(status), f"{what}: {self.status_name(status)}: {detail}")
 
     def init(self, conf=None):
@@ -207,6 +213,23 @@ class Library:
         if st == ERROR_ALREADY_INITIALIZED and conf is None:
             return
         self.check(st, "xsa_init" if conf is None else f"xsa_init({conf!r})")
+
+    def configure(self, conf=None):
+        """xsa_configure(conf): the settings, no driver yet (it starts at the first allocation).
+        Already configured or started is accepted when conf is None."""
+        st = self.cdll.xsa_configure(None if conf is None else conf.encode())
+        if st == ERROR_ALREADY_INITIALIZED and conf is None:
+            return
+        self.check(st, "xsa_configure" if conf is None else f"xsa_configure({conf!r})")
+
+    def prefer_real_driver(self, who):
+        """For PyTorch and CuPy, which need device memory: the real driver when xsalloc starts,
+        unless $XSA_DRIVER names one; touches no driver. If xsalloc has started already, it must
+        be on the real driver (or the one $XSA_DRIVER names)."""
+        if os.environ.get("XSA_DRIVER"):
+            return
+        if self.cdll.xsa_use_driver(b"cuda") == ERROR_ALREADY_INITIALIZED:
+            self.require_real_driver(who)
 
     def driver_name(self):
         return self.cdll.xsa_driver_name().decode()

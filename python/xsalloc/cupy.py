@@ -82,13 +82,13 @@ def use(conf=None):
     """Makes xsalloc CuPy's allocator (cupy.cuda.set_allocator).
 
     conf: settings in PYTORCH_CUDA_ALLOC_CONF syntax, None for the environment's
-    (XSALLOC_CONF, else PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF) or for
-    the configuration the library already has (e.g. from xsalloc.torch.use()).
+    (PyTorch's variable with XSALLOC_CONF over it) or for the configuration
+    the library already has (e.g. from xsalloc.torch.use()). Touches no CUDA.
     """
     cupy = _import_cupy()
     lib = _lib.load()
-    lib.init(conf)
-    lib.require_real_driver("CuPy")
+    lib.configure(conf)  # the driver starts at the first allocation, after CuPy's own start
+    lib.prefer_real_driver("CuPy")
     _state.update(lib=lib, cupy=cupy)
     cupy.cuda.set_allocator(_malloc)
 

@@ -61,8 +61,8 @@ _NOT_INSTALLED = (
     "xsalloc.torch.use() right after `import torch`, before the first CUDA tensor. No LD_PRELOAD is needed.")
 _NO_ADAPTER = (
     "xsalloc.memory_saver needs torch.cuda.MemPool, which xsalloc gives PyTorch through its torch adapter; "
-    "the adapter could not be built here, so xsalloc runs through CUDAPluggableAllocator (see the warning "
-    "xsalloc.torch.use() gave, and docs/pytorch.md)")
+    "xsalloc runs through CUDAPluggableAllocator here, as XSALLOC_TORCH_ADAPTER=0 (or "
+    "xsalloc.torch.use(adapter=False)) asked: run without it (docs/pytorch.md)")
 
 
 def _env_bool(name):

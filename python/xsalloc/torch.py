@@ -4,42 +4,52 @@
     import xsalloc.torch
     xsalloc.torch.use()          # before the first CUDA tensor
 
-Design: the allocator torch gets is the C++ adapter (csrc/
-beside this file): torch's own CUDAAllocator interface over xsalloc's C
-API, compiled once against the installed torch with
-torch.utils.cpp_extension (torch caches the build) and linked to this
-package's library. Through it torch's statistics, snapshots and
+Design: the allocator torch gets is the C++ adapter (csrc/ beside this
+file): torch's own CUDAAllocator interface over xsalloc's C API, which pip
+install compiles against the installed torch, C++ only (xsalloc._adapter
+builds it at first use where pip could not, and says why when neither can
+be had). Through it torch's statistics, snapshots and
 _record_memory_history (with Python frames), torch.OutOfMemoryError, CUDA
 graphs, torch.compile(mode="reduce-overhead")'s pool checks and
-torch.cuda.MemPool reach xsalloc with no patching. Where the adapter cannot
-be built (no C++ compiler, say), use() falls back to
-torch.cuda.memory.CUDAPluggableAllocator over the library's xsa_torch_*
-entry points, with one warning naming what is lost; that interface has no
-statistics hooks, so use() then points torch.cuda's statistics functions
-(memory_stats and everything built on it; the reset functions) and
-torch.accelerator's (which find the allocator registered with c10, never
-the pluggable one) at xsalloc's (patch_torch_stats). XSALLOC_TORCH_ADAPTER=0 (or use(adapter=False)) asks
-for the pluggable path. torch's allocator can only be swapped before CUDA
-is initialised; use() checks that first and says so. On both paths use()
-wraps torch's settings setter (torch._C._accelerator_setAllocatorSettings,
-which torch.cuda.memory._set_allocator_settings calls at call time; the
-older torch._C._cuda_cudaCachingAllocator_set_allocator_settings): torch
-checks and keeps the string first, then xsalloc applies it
-(xsalloc.set_allocator_settings; docs/configuration.md, "Changing settings at run
-time"). The Python function is wrapped rather than torch's C++ parser hook,
-whose storage an extension cannot be sure to share with torch.
+torch.cuda.MemPool reach xsalloc with no patching, and torch's own settings
+(c10's, which ProcessGroupNCCL and others read) are told xsalloc's. Nothing
+here touches CUDA: use() takes the settings (xsa_configure) and installs the
+adapter; xsalloc starts its driver when torch first allocates, after torch
+initialised CUDA itself, so CUDA_VISIBLE_DEVICES set later by the script
+and forks before the first CUDA use behave as under torch alone. There is
+no silent fallback: where the adapter cannot be had use() raises
+AdapterUnavailableError saying what failed and how to fix it or run without
+xsalloc. use(adapter=False) (or XSALLOC_TORCH_ADAPTER=0) asks for
+torch.cuda.memory.CUDAPluggableAllocator instead, whose malloc is the
+small library pluggable_malloc.cpp builds, so that out of memory is still
+torch.OutOfMemoryError; that interface has no statistics hooks, so use()
+then points torch.cuda's statistics functions (memory_stats and everything
+built on it; the reset functions) and torch.accelerator's (which find the
+allocator registered with c10, never the pluggable one) at xsalloc's
+(patch_torch_stats). torch's allocator can only be swapped before CUDA is
+initialised; use() checks that first and says so. On both paths use() wraps
+torch's settings setter (torch._C._accelerator_setAllocatorSettings, which
+torch.cuda.memory._set_allocator_settings calls at call time; the older
+torch._C._cuda_cudaCachingAllocator_set_allocator_settings): xsalloc checks
+the string first (xsa_check_allocator_settings), then torch's setter keeps
+it, then xsalloc applies it, so a string either side refuses changes
+neither (docs/configuration.md, "Changing settings at run time"). The
+Python function is wrapped rather than torch's C++ parser hook, whose
+storage an extension cannot be sure to share with torch.
 """
 
-import glob
-import hashlib
 import os
 import warnings
 
 import xsalloc
-from . import _lib
+from . import _adapter, _lib
+from ._adapter import AdapterUnavailableError
 
-_installed = None  # torch's allocator object: kept alive for the life of the process
-_adapter = None    # the adapter's extension module, when it is in use
+__all__ = ["AdapterUnavailableError", "adapter_in_use", "empty_cache", "installed", "memory_stats", "memory_summary",
+           "snapshot", "use"]
+
+_installed = None       # torch's allocator object: kept alive for the life of the process
+_adapter_module = None  # the adapter's extension module, when it is in use
 
 
 def _import_torch():
@@ -62,15 +72,16 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
     """Makes xsalloc torch's CUDA allocator; returns torch's allocator object.
 
     conf: settings in PYTORCH_CUDA_ALLOC_CONF syntax, None for the environment's
-    (XSALLOC_CONF, else PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF).
+    (PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF, with XSALLOC_CONF over it).
     patch_torch_stats: on the pluggable path only, point torch.cuda.memory_stats
-    and the functions built on it at xsalloc's statistics. adapter: True to
-    require the C++ adapter, False for the pluggable path, None for
-    $XSALLOC_TORCH_ADAPTER (0: pluggable) or else the adapter with the
-    pluggable path as fallback. Must run before torch initialises CUDA; a
-    second call returns the allocator installed first.
+    and the functions built on it at xsalloc's statistics. adapter: True (or None
+    with $XSALLOC_TORCH_ADAPTER unset) for the C++ adapter, raising
+    AdapterUnavailableError if it can be neither loaded nor built; False (or
+    $XSALLOC_TORCH_ADAPTER=0) for the pluggable path. Must run before torch
+    initialises CUDA, and touches no CUDA itself; a second call returns the
+    allocator installed first.
     """
-    global _installed, _adapter
+    global _installed, _adapter_module
     torch = _import_torch()
     if _installed is not None:
         if conf is not None:
@@ -83,29 +94,20 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
             "allocator afterwards. Call it right after 'import torch'."
         )
     lib = _lib.load()
-    lib.init(conf)
-    lib.require_real_driver("PyTorch")
+    lib.configure(conf)
+    lib.prefer_real_driver("PyTorch")
     if adapter is None:
-        adapter = None if os.environ.get("XSALLOC_TORCH_ADAPTER", "") not in ("0", "false", "False") else False
-    module = None
-    if adapter is not False:
-        try:
-            module = _build_adapter(torch, lib)
-        except Exception as e:  # no compiler, no headers, a torch without cpp_extension...
-            if adapter:
-                raise
-            warnings.warn(
-                f"xsalloc: the torch adapter could not be built ({type(e).__name__}: {e}); using torch's "
-                "CUDAPluggableAllocator instead, which loses torch's snapshots and _record_memory_history, "
-                "torch.OutOfMemoryError (a failed allocation gives a tensor at address 0), "
-                "torch.compile(mode='reduce-overhead') and torch.cuda.MemPool", stacklevel=2)
-    if module is not None:
+        adapter = os.environ.get("XSALLOC_TORCH_ADAPTER", "") not in ("0", "false", "False")
+    if adapter:
+        module = _adapter.load_adapter(torch, lib)
         module.install()
-        _adapter = module
+        _adapter_module = module
         _installed = torch.cuda.memory._get_current_allocator()
-        _hook_allocator_settings(torch)
+        _sync_torch_settings(module)
+        _hook_allocator_settings(torch, lambda: _sync_torch_settings(module))
         return _installed
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "xsa_torch_malloc", "xsa_torch_free")
+    path, malloc_fn, free_fn = _adapter.load_pluggable(torch, lib)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_fn, free_fn)
     native = alloc.allocator()
     for setter, fn in _lib.TORCH_HOOKS.items():
         # Older torch versions lack some setters; the hook is then torch's no-op.
@@ -113,29 +115,46 @@ def use(conf=None, patch_torch_stats=True, adapter=None):
             getattr(native, setter)(lib.address(fn))
     torch.cuda.memory.change_current_allocator(alloc)
     _installed = alloc
-    _hook_allocator_settings(torch)
+    _hook_allocator_settings(torch, None)
     if patch_torch_stats:
         _patch_torch_stats(torch)
     return alloc
+
+
+def _sync_torch_settings(module):
+    """torch's own settings (c10's) told xsalloc's; torch refusing (it parses its own variables
+    first, and refuses keys it does not know there) is said once, not fatal: xsalloc is the
+    allocator either way, only what others read in torch's settings stays torch's."""
+    try:
+        module.sync_torch_settings()
+    except RuntimeError as e:
+        warnings.warn(f"xsalloc: torch's own allocator settings still say torch's, not xsalloc's (what other code, "
+                      f"ProcessGroupNCCL for one, reads there): torch refused them: {e}", stacklevel=3)
 
 
 # torch's settings setters, newest first (torch._C functions).
 _SETTINGS_SETTERS = ("_accelerator_setAllocatorSettings", "_cuda_cudaCachingAllocator_set_allocator_settings")
 
 
-def _hook_allocator_settings(torch):
+def _hook_allocator_settings(torch, sync):
     """Settings changed through torch reach xsalloc: each setter torch has
-    runs torch's own first (its checks and errors stay torch's), then
-    xsalloc.set_allocator_settings; xsalloc's refusals raise from there."""
+    first asks xsalloc whether it takes the string (its refusal raises
+    before torch keeps anything), then runs torch's own (its checks and
+    errors stay torch's), then applies the string to xsalloc and, with the
+    adapter, tells torch's settings xsalloc's again (sync)."""
     C = getattr(torch, "_C", None)
+    lib = _lib.load()
     for name in _SETTINGS_SETTERS:
         torchs = getattr(C, name, None)
         if torchs is None or getattr(torchs, "_xsalloc", False):
             continue
 
         def set_allocator_settings(env, _torchs=torchs):
+            lib.check(lib.cdll.xsa_check_allocator_settings(env.encode()), "xsa_check_allocator_settings")
             result = _torchs(env)
             xsalloc.set_allocator_settings(env)
+            if sync:
+                sync()
             return result
 
         set_allocator_settings._xsalloc = True
@@ -143,35 +162,9 @@ def _hook_allocator_settings(torch):
         setattr(C, name, set_allocator_settings)
 
 
-def _adapter_sources():
-    """The adapter's sources (csrc/*.cpp; their headers sit beside them) and the include directory
-    holding xsalloc/xsalloc.h and xsalloc/pytorch.h: the package's (pip install copies them there) or
-    the source tree's include/."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    sources = sorted(glob.glob(os.path.join(here, "csrc", "*.cpp")))
-    for include in (os.path.join(here, "include"), os.path.join(os.path.dirname(os.path.dirname(here)), "include")):
-        if sources and os.path.exists(os.path.join(include, "xsalloc", "pytorch.h")):
-            return sources, include
-    raise FileNotFoundError(f"no xsalloc/pytorch.h in {here}/include or the source tree's include/")
-
-
-def _build_adapter(torch, lib):
-    """Compiles the adapter against this torch (once: torch caches the build) and imports it."""
-    from torch.utils import cpp_extension
-    sources, include = _adapter_sources()
-    libdir = os.path.dirname(os.path.abspath(lib.path))
-    # One cached build per library: torch rebuilds an extension whose flags
-    # changed, so two libraries under one name would rebuild at every switch.
-    name = "xsalloc_torch_adapter_" + hashlib.sha1(libdir.encode()).hexdigest()[:10]
-    return cpp_extension.load(
-        name=name, sources=sources, extra_include_paths=[include],
-        extra_cflags=["-O2"], extra_ldflags=[f"-L{libdir}", "-l:" + os.path.basename(lib.path), f"-Wl,-rpath,{libdir}"],
-        with_cuda=True, verbose=False)
-
-
 def adapter_in_use():
-    """True when torch's allocator is the C++ adapter (not the pluggable fallback)."""
-    return _adapter is not None
+    """True when torch's allocator is the C++ adapter (not the pluggable path)."""
+    return _adapter_module is not None
 
 
 def _patch_torch_stats(torch):

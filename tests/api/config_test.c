@@ -565,6 +565,9 @@ static void test_unknown_keys(void **state) {
     EXPECT_ERR("max split_size_mb:64", "unknown key 'max split_size_mb'", "'64'");
     EXPECT_ERR("expandable_segments:True,use_linear_memory:True", "unknown key 'use_linear_memory'", "'True'");
     EXPECT_ERR("foo:[1:2]", "unknown key 'foo'", "'[1:2]'");
+    /* The list names every key that acts, from the parser's own table. */
+    EXPECT_ERR("foo:1", "graph_capture_record_stream_reuse", "large_segment_size_mb", "expandable_handle_mb",
+               "backend", "per_process_memory_fraction", "or a PyTorch compatibility key");
 }
 
 static void test_duplicates(void **state) {
@@ -587,6 +590,12 @@ static void test_structure_errors(void **state) {
     EXPECT_ERR("expandable_segments:", "'expandable_segments'", "empty value", "the end");
     EXPECT_ERR("expandable_segments:  ,page_recycling:False", "'expandable_segments'", "empty value", "','");
     EXPECT_ERR("expandable_segments::True", "'expandable_segments'", "empty value", "':'");
+    /* A known key without its value says what that key takes; an unknown one, that it is unknown. */
+    EXPECT_ERR("max_split_size_mb:", "accepted: max_split_size_mb:VALUE, VALUE an integer number of MiB >= 20");
+    EXPECT_ERR("garbage_collection_threshold", "no ':'",
+               "accepted: garbage_collection_threshold:VALUE, VALUE a number greater than 0 and less than 1");
+    EXPECT_ERR("expandable_segments", "accepted: expandable_segments:VALUE, VALUE True or False");
+    EXPECT_ERR("no_such_key:", "'no_such_key'", "empty value", "accepted: key:value with a known key");
     EXPECT_ERR(":True", "empty key", "'True'");
     EXPECT_ERR("  : 5 ", "empty key", "'5'");
     EXPECT_ERR(",expandable_segments:True", "empty", "leading ','", "expandable_segments:True");

@@ -5,11 +5,14 @@
  *
  * The wake-up test's waiter naps for 10 minutes, past the test's timeout,
  * so a wake-up that did not happen fails the test instead of slowing it.
+ * A holder inside a callback that asks for its own lock again is told so
+ * at once, while another thread still waits (the re-entry check).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -29,12 +32,18 @@ static int max_inside;
 static void reset_lock(void) {
     atomic_init(&lock.state, 0);
     atomic_init(&lock.sleepers, 0);
+    atomic_init(&lock.callback_thread, 0);
+}
+
+/* Takes the lock, which no re-entry can refuse here. */
+static void take(void) {
+    if (!xsa_device_lock_acquire(&lock)) abort();
 }
 
 static void *hammer(void *arg) {
     long id = (long)(intptr_t)arg;
     for (int i = 0; i < ROUNDS; i++) {
-        xsa_device_lock_acquire(&lock);
+        take();
         if (++inside > max_inside) max_inside = inside;
         counter++;
         /* Now and then hold it long enough for the others to sleep on it. */
@@ -62,7 +71,7 @@ static long nap_ns;
 /* Takes the lock (napping nap_ns) and marks that it did. */
 static void *wait_for_it(void *arg) {
     (void)arg;
-    xsa_device_lock_acquire_napping(&lock, nap_ns);
+    if (!xsa_device_lock_acquire_napping(&lock, nap_ns)) abort(); /* not this thread's callback */
     counter = -1;
     xsa_device_lock_release(&lock);
     return NULL;
@@ -71,7 +80,7 @@ static void *wait_for_it(void *arg) {
 /* Holds the lock until a waiter is asleep on it; returns the waiter. */
 static pthread_t hold_until_a_sleeper(void) {
     counter = 0;
-    xsa_device_lock_acquire(&lock);
+    take();
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, wait_for_it, NULL), 0);
     for (int i = 0; i < 10000 && atomic_load(&lock.sleepers) == 0; i++) nanosleep(&(struct timespec){0, 100000}, NULL);
@@ -108,9 +117,33 @@ static void test_missed_wake_ends_with_the_nap(void **state) {
     assert_int_equal(atomic_load(&lock.sleepers), 0);
 }
 
+/* The holder in a callback asking again gets false at once (and still
+ * holds the lock); another thread asking meanwhile waits, and gets the
+ * lock once it is released; out of the callback, the holder's thread
+ * would wait like anyone (checked through the flag: no self-deadlock is
+ * run). */
+static void test_reentry_from_a_callback_is_refused_not_waited(void **state) {
+    (void)state;
+    reset_lock();
+    nap_ns = LONG_NAP_NS;
+    pthread_t t = hold_until_a_sleeper(); /* a waiter from another thread */
+    xsa_device_lock_enter_callback(&lock);
+    assert_true(xsa_device_lock_reentered(&lock));
+    assert_false(xsa_device_lock_acquire(&lock)); /* at once: no spin, no sleep */
+    assert_int_equal(atomic_load(&lock.state), 1); /* still held, by this thread */
+    assert_int_equal(counter, 0);                  /* and the other thread still waits */
+    xsa_device_lock_leave_callback(&lock);
+    assert_false(xsa_device_lock_reentered(&lock));
+    xsa_device_lock_release(&lock);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(counter, -1);
+    assert_int_equal(atomic_load(&lock.state), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_excludes_and_counts),
+        cmocka_unit_test(test_reentry_from_a_callback_is_refused_not_waited),
         cmocka_unit_test(test_release_wakes_the_sleeper),
         cmocka_unit_test(test_missed_wake_ends_with_the_nap),
     };

@@ -314,8 +314,11 @@ static int all(const void *p, size_t size, char c) {
 /* Importer k of a forked pair: sees A in its half (the other importer may
  * have written its own already), writes its half with k's digit, opens
  * again (same base) and closes both. */
+/* A forked child stands for another process: it picks the simulated driver
+ * afresh (a child forked after the start may not use the parent's). */
 static int importer(int fd, int k, size_t size) {
     share s;
+    if (xsa_use_driver("sim") != XSA_SUCCESS) return CHILD_READ;
     if (!read_share(fd, &s)) return CHILD_READ;
     void *base = NULL, *again = NULL;
     if (xsa_ipc_open(s.bytes, s.len, 0, &base) != XSA_SUCCESS) return CHILD_OPEN;
@@ -383,7 +386,8 @@ static void test_exporter_exits(void **state) {
         void *p = NULL, *bytes = NULL;
         share s;
         char go;
-        if (xsa_shutdown() || xsa_init("ipc_handles:True") || xsa_malloc(&p, 3 * MiB, 0, S0)) _exit(1);
+        if (xsa_shutdown() || xsa_use_driver("sim") || xsa_init("ipc_handles:True") || xsa_malloc(&p, 3 * MiB, 0, S0))
+            _exit(1);
         xsa_fixture_fill(p, 3 * MiB, 'E');
         if (xsa_ipc_share(p, &bytes, &s.len, &s.offset)) _exit(2);
         s.bytes = bytes;
@@ -436,6 +440,7 @@ static void test_kernel_refusals_named(void **state) {
             share got;
             if (!read_share(p[0], &got)) _exit(CHILD_READ);
             if (setgid(65534) || setuid(65534)) _exit(CHILD_SETUID);
+            if (xsa_use_driver("sim") != XSA_SUCCESS) _exit(CHILD_OPEN); /* another process, on the simulator */
             xsa_status st = xsa_ipc_open(got.bytes, got.len, 0, &base);
             _exit(st == XSA_ERROR_NOT_SUPPORTED && strstr(xsa_last_error(), "EPERM") ? CHILD_REFUSED : CHILD_OPEN);
         }

@@ -91,6 +91,9 @@ static int sync_byte(int sock, char c) {
  * writes C and closes. */
 static int child(int sock) {
     xsa_ipc_handle h;
+    /* Another process: the simulated driver afresh (a child forked after the
+     * start may not use the parent's). */
+    if (xsa_use_driver("sim") != XSA_SUCCESS) return CHILD_RECV;
     if (xsa_ipc_recv(sock, &h) != XSA_SUCCESS) return CHILD_RECV;
     void *q = NULL;
     xsa_status st = xsa_ipc_import(&h, 0, &q);

@@ -5,7 +5,9 @@
  * a full set of slots skips probes and reuses its events; the JSON file is
  * written at xsa_shutdown; a path that cannot be written fails init; with
  * the variable unset the entry points make no event call; threads calling
- * at once lose no count.
+ * at once lose no count. The torch adapter's entry points (xsa_ctx_malloc,
+ * xsa_ctx_free: no stream on a free) are counted too, and a probe falls
+ * due on a free waits for the next call with a stream.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -197,6 +199,29 @@ static void test_no_probe_writes_nulls(void **state) {
                         "\"pending\": 0, \"skipped\": 0, \"error\": null}\n");
 }
 
+/* What the torch adapter calls: xsa_ctx_malloc with the stream,
+ * xsa_ctx_free with none. Every call counts; the 16th call is a free, so
+ * its probe is recorded at the 17th, a malloc, on that malloc's stream. */
+static void test_adapter_entry_points_are_probed(void **state) {
+    (void)state;
+    setenv("XSALLOC_LAG_PROBE", path, 1);
+    OK(xsa_init(NULL));
+    for (int i = 0; i < 9; i++) { /* calls 1-18 */
+        void *p = NULL;
+        OK(xsa_ctx_malloc(&p, 4096, 0, S1));
+        OK(xsa_ctx_free(p));
+    }
+    xsa_lag_probe_stats s = stats();
+    assert_int_equal(s.calls, 18);
+    assert_int_equal(s.pending, 1);
+    xsa_sim_complete_stream(S1);
+    void *p = NULL;
+    OK(xsa_ctx_malloc(&p, 4096, 0, S1)); /* call 19 sees it: 19 - 17 */
+    OK(xsa_ctx_free(p));
+    assert_int_equal(xsa_lag_probe_count(2), 1);
+    assert_int_equal(stats().calls, 20);
+}
+
 static void test_unwritable_path_fails_init(void **state) {
     (void)state;
     setenv("XSALLOC_LAG_PROBE", "/nonexistent/dir/lag.json", 1);
@@ -214,6 +239,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_eager_events_complete_at_the_next_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_lose_no_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_probe_writes_nulls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adapter_entry_points_are_probed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unwritable_path_fails_init, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,8 @@
  * (PyTorch's test_max_split_expandable), the keys fixed at initialisation
  * refused by name with nothing changed, a driver failure changing nothing,
  * what is reported, and changes racing allocations on other threads.
- * Invariants are checked after each step.
+ * xsa_check_allocator_settings answers as the change would and changes
+ * nothing. Invariants are checked after each step.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -228,6 +229,32 @@ static void test_change_is_reported(void **state) {
     xsa_free_buffer(text);
 }
 
+/* The check (what the torch adapter asks before torch's own setter)
+ * answers as the change would, for every kind of refusal and for a string
+ * that would be taken, and changes nothing either way. */
+static void test_check_answers_as_the_change_and_changes_nothing(void **state) {
+    (void)state;
+    OK(xsa_init("expandable_segments:False,max_split_size_mb:64"));
+    void *a = alloc(MiB, 0);
+    FAILS(XSA_ERROR_CONFIG, xsa_check_allocator_settings("max_split_size_mb:abc"),
+          "xsa_check_allocator_settings: key 'max_split_size_mb' value 'abc'");
+    FAILS(XSA_ERROR_CONFIG, xsa_check_allocator_settings("roundup_power2_divisions:[>:8]"), "'>' entry needs");
+    FAILS(XSA_ERROR_NOT_SUPPORTED, xsa_check_allocator_settings("per_process_memory_fraction:0.5"),
+          "'per_process_memory_fraction' cannot change");
+    xsa_sim_fail_call(XSA_DRV_device_get_attribute, 1, XSA_CU_ERROR_UNKNOWN);
+    FAILS(XSA_ERROR_DRIVER, xsa_check_allocator_settings("expandable_segments:True"),
+          "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED");
+    OK(xsa_check_allocator_settings("expandable_segments:True,garbage_collection_threshold:0.5"));
+    xsa_settings s = settings();
+    assert_false(s.expandable_segments); /* nothing of any of them applied */
+    assert_true(s.max_split_size == 64 * MiB);
+    assert_true(s.garbage_collection_threshold == 0.0);
+    assert_string_equal(s.source, "xsa_init");
+    void *b = alloc(MiB, 0);
+    assert_false(expandable_at(b, 0));
+    release(a, 0), release(b, 0);
+}
+
 /* Changes race allocations on other threads (TSan runs this): each
  * request sees one set of settings, the invariants hold throughout. */
 static atomic_int stop;
@@ -270,6 +297,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_expandable_off_refused_while_peer_access, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_driver_failure_changes_nothing, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_change_is_reported, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_check_answers_as_the_change_and_changes_nothing, xsa_fixture_two_devices,
+                                        xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_changes_race_allocations, xsa_fixture_two_devices, xsa_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -182,7 +182,12 @@ static void test_settings_source(void **state) {
     setenv("PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.5", 1);
     expect_source("xsalloc settings from PYTORCH_ALLOC_CONF: \"garbage_collection_threshold:0.5\"\n",
                   "PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.5");
-    setenv("XSALLOC_CONF", "", 1);
+    setenv("XSALLOC_CONF", "", 1); /* layered over PyTorch's variable: nothing changed */
+    expect_source("xsalloc settings from XSALLOC_CONF: \"\" over PYTORCH_ALLOC_CONF: "
+                  "\"garbage_collection_threshold:0.5\"\n",
+                  "XSALLOC_CONF", "");
+    unsetenv("PYTORCH_ALLOC_CONF");
+    unsetenv("PYTORCH_CUDA_ALLOC_CONF");
     expect_source("xsalloc settings from XSALLOC_CONF: \"\" (all defaults)\n", "XSALLOC_CONF", "");
     /* The settings really are the variable's. */
     setenv("XSALLOC_CONF", "max_split_size_mb:40", 1);

@@ -5,8 +5,8 @@
 # fresh `python3 -m venv --system-site-packages` installs them, and then,
 # from another directory and with no XSALLOC_LIBRARY or PYTHONPATH, the
 # installed package must load its own libxsalloc.so (no libcuda linked),
-# print memory_summary(0) on the simulated driver, and run a script through
-# `python -m xsalloc.run`. Debian's python3 is used: ./x installs its venv,
+# print memory_summary(0) on the simulated driver, and run a script and a
+# module through `python -m xsalloc.run`. Debian's python3 is used: ./x installs its venv,
 # pip, setuptools and wheel packages.
 set -euo pipefail
 py=/usr/bin/python3
@@ -29,9 +29,15 @@ lib="$site/xsalloc/libxsalloc.so"
 ! ldd "$lib" | grep -q libcuda || fail "$lib links libcuda: $(ldd "$lib")"
 
 # What xsalloc.torch compiles the torch adapter from.
-for f in csrc/adapter.cpp csrc/contexts.cpp csrc/contexts.h csrc/snapshot.cpp csrc/snapshot.h csrc/common.h include/xsalloc/xsalloc.h include/xsalloc/types.h include/xsalloc/pytorch.h; do
+for f in csrc/adapter.cpp csrc/contexts.cpp csrc/contexts.h csrc/snapshot.cpp csrc/snapshot.h csrc/common.h \
+    csrc/torch_settings.cpp csrc/torch_settings.h csrc/pluggable_malloc.cpp _adapter.py _adapter_build.py \
+    include/xsalloc/xsalloc.h include/xsalloc/types.h include/xsalloc/pytorch.h; do
     [ -f "$site/xsalloc/$f" ] || fail "the installed package has no $f (the torch adapter's source)"
 done
+# The start-up hook of the processes a launched program starts.
+[ -f "$site/xsalloc/_child/sitecustomize.py" ] || fail "the installed package has no _child/sitecustomize.py"
+# No torch here: nothing of torch's is built, and no stamp says otherwise.
+[ ! -e "$site/xsalloc/_torch_adapter.json" ] || fail "a torch adapter stamp without torch"
 
 out=$("$tmp/venv/bin/python" -c 'import xsalloc; print(xsalloc.memory_summary(0))')
 echo "$out"
@@ -44,4 +50,7 @@ printf 'import sys\nprint("script", sys.argv[1:], __name__)\nsys.exit(7)\n' >"$t
 status=0
 ran=$("$tmp/venv/bin/python" -m xsalloc.run train.py --lr 0.1) || status=$?
 [ "$status:$ran" = "7:script ['--lr', '0.1'] __main__" ] || fail "python -m xsalloc.run: exit $status, printed '$ran'"
+mkdir "$tmp/mod" && printf 'import sys\nprint("module", sys.argv[1:], __name__, __spec__.name)\n' >"$tmp/mod/__main__.py"
+ran=$("$tmp/venv/bin/python" -m xsalloc.run -m mod --lr 0.1) || fail "python -m xsalloc.run -m mod: exit $?"
+[ "$ran" = "module ['--lr', '0.1'] __main__ mod.__main__" ] || fail "python -m xsalloc.run -m mod printed '$ran'"
 echo "pip_install_test: ok ($lib)"

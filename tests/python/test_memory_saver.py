@@ -156,15 +156,15 @@ def saver_torch(lib):
 class SaverCase(ElasticSimCase):
     def setUp(self):
         super().setUp()
-        self.saved_torch_state = (xsalloc_torch._installed, xsalloc_torch._adapter)
-        xsalloc_torch._installed, xsalloc_torch._adapter = "torch's allocator", "the adapter"
+        self.saved_torch_state = (xsalloc_torch._installed, xsalloc_torch._adapter_module)
+        xsalloc_torch._installed, xsalloc_torch._adapter_module = "torch's allocator", "the adapter"
         self.torch = saver_torch(self.lib)
         self.enterContext(module_as("torch", self.torch))
         self.saver = memory_saver.TorchMemorySaver()
         self.torch_malloc = TORCH_MALLOC(self.lib.address("xsa_torch_malloc"))
 
     def tearDown(self):
-        xsalloc_torch._installed, xsalloc_torch._adapter = self.saved_torch_state
+        xsalloc_torch._installed, xsalloc_torch._adapter_module = self.saved_torch_state
         self.saver = None  # its MemPools go (xsa_mempool_release) before the invariants are checked
         gc.collect()  # the saver and its _impl refer to each other
         super().tearDown()
@@ -281,7 +281,7 @@ class TorchMemorySaverTest(SaverCase):
             with self.saver.region():
                 pass
         xsalloc_torch._installed = "the pluggable allocator"
-        xsalloc_torch._adapter = None
+        xsalloc_torch._adapter_module = None
         with self.assertRaisesRegex(RuntimeError, "MemPool.*adapter"):
             with self.saver.cuda_graph(types.SimpleNamespace()):
                 pass

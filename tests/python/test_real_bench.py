@@ -26,7 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "gpu"))
 import real_bench  # noqa: E402
-from test_xsalloc import TORCH_FREE, TORCH_MALLOC, fake_torch, module_as  # noqa: E402
+from test_xsalloc import TORCH_FREE, TORCH_MALLOC, fake_torch, module_as, stand_in_pluggable  # noqa: E402
 
 FAKE_CHILD = textwrap.dedent('''
     import argparse, json, sys, time
@@ -342,7 +342,8 @@ class ChildTest(unittest.TestCase):
         args = types.SimpleNamespace(workload="resnet", alloc=alloc, steps=steps, out=out, conf=conf, lag=lag,
                                      profile=False)
         workloads = types.SimpleNamespace(resnet=resnet, first_profile=None)
-        with module_as("torch", torch), module_as("real_workloads", workloads):
+        os.environ["XSALLOC_TORCH_ADAPTER"] = "0"  # the stand-in torch: the pluggable path, its functions the library's
+        with module_as("torch", torch), module_as("real_workloads", workloads), stand_in_pluggable():
             real_bench.child(args)
         with open(out) as f:
             return json.load(f), seen

@@ -5,11 +5,15 @@ both ways in child processes; stdout, stderr and the exit status must be
 the same, so what the script sees (sys.argv, __name__, __file__, its globals,
 sys.path[0], sys.modules['__main__']) and how it ends (exit status, message,
 traceback, syntax error) are compared with the interpreter itself rather
-than with expectations written here. Then stand-ins for torch and cupy,
-importable from a directory on PYTHONPATH, show that xsalloc is torch's
-allocator before the script's first line and CuPy's as soon as the script
-imports cupy. Needs XSALLOC_LIBRARY, XSA_DRIVER=sim and the package on
-PYTHONPATH (tests/python/python_test.sh sets them).
+than with expectations written here; -m MODULE the same way against
+python -m MODULE. Then stand-ins for torch and cupy (tests/python/
+fake_site.py), importable from a directory on PYTHONPATH, show that xsalloc
+is torch's allocator (through the adapter) before the script's first line
+and CuPy's as soon as the script imports cupy, even after a find_spec of
+it; that a failure to install stops the job before the script with the
+reason; and that a process without a GPU runs the script with one notice.
+Needs XSALLOC_LIBRARY, XSA_DRIVER=sim and the package on PYTHONPATH
+(tests/python/python_test.sh sets them).
 """
 
 import os
@@ -18,6 +22,8 @@ import sys
 import tempfile
 import textwrap
 import unittest
+
+import fake_site
 
 MiB = 1 << 20
 
@@ -34,50 +40,18 @@ print("path0", sys.path[0])
 print("path", sys.path)
 """
 
-FAKE_TORCH = """\
-import ctypes, types
-
-class _Native:
-    def __init__(self):
-        self.hooks = {}
-
-    def __getattr__(self, name):
-        if name.startswith("set_"):
-            return lambda address: self.hooks.__setitem__(name, address)
-        raise AttributeError(name)
-
-class _Pluggable:
-    def __init__(self, path, alloc_fn_name, free_fn_name):
-        so = ctypes.CDLL(path)
-        self.fns = [ctypes.cast(getattr(so, n), ctypes.c_void_p).value for n in (alloc_fn_name, free_fn_name)]
-        self.native = _Native()
-
-    def allocator(self):
-        return self.native
-
-memory = types.SimpleNamespace(installed=None, CUDAPluggableAllocator=_Pluggable, memory_stats_as_nested_dict=None)
-memory.change_current_allocator = lambda allocator: setattr(memory, "installed", allocator)
-cuda = types.SimpleNamespace(memory=memory, is_initialized=lambda: False,
-                             _get_device_index=lambda device, optional=False: 0)
+# The same for a module (python -m): its spec by name, not by address.
+INTROSPECT_MODULE = """\
+import sys
+main = sys.modules["__main__"]
+print("argv", sys.argv)
+print("name", __name__, main.__dict__ is globals())
+print("file", __file__, __cached__, __spec__.name, __spec__.origin, __package__)
+print("loader", type(__loader__).__name__, __loader__.name, __loader__.path)
+print("globals", sorted(globals()))
+print("path0", sys.path[0])
+print("path", sys.path)
 """
-
-FAKE_CUPY = """\
-import types
-
-class UnownedMemory:
-    def __init__(self, ptr, size, owner, device_id):
-        self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
-
-class MemoryPointer:
-    def __init__(self, mem, offset):
-        self.mem, self.ptr = mem, mem.ptr + offset
-
-memory = types.SimpleNamespace(UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer, OutOfMemoryError=MemoryError)
-cuda = types.SimpleNamespace(memory=memory, allocator=None, runtime=types.SimpleNamespace(getDevice=lambda: 0),
-                             get_current_stream=lambda: types.SimpleNamespace(ptr=0))
-cuda.set_allocator = lambda fn: setattr(cuda, "allocator", fn)
-"""
-
 
 class RunTest(unittest.TestCase):
     def setUp(self):
@@ -184,45 +158,92 @@ class RunTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("can't open file", r.stderr)
 
+    def site_env(self, **kw):
+        """The environment with the stand-ins' directory first on PYTHONPATH and a fresh extension cache."""
+        site = os.path.join(self.dir, "site")
+        return dict(self.env, PYTHONPATH=site + os.pathsep + self.env["PYTHONPATH"],
+                    TORCH_EXTENSIONS_DIR=os.path.join(self.dir, "ext"), **kw)
+
     def test_torch_allocator_before_the_first_line(self):
-        self.write("site/torch/__init__.py", FAKE_TORCH)
+        fake_site.write(os.path.join(self.dir, "site"))
         script = self.write("scripts/torch_train.py", """\
-            import ctypes
             import torch
-            alloc = torch.cuda.memory.installed
-            assert alloc is not None, "xsalloc is not torch's allocator"
-            malloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(alloc.fns[0])
-            p = malloc(3 << 20, 0, None)
-            print(torch.cuda.memory.memory_stats_as_nested_dict()["allocated_bytes"]["all"]["current"])
+            import xsalloc.torch
+            assert torch.cuda.memory.installed == "the adapter", "xsalloc is not torch's allocator"
+            assert xsalloc.torch.adapter_in_use()
+            print("on xsalloc")
             """)
-        # The stand-in has no cpp_extension: the pluggable path, asked for
-        # (the fallback's warning is xsalloc.torch's test).
-        env = dict(self.env, PYTHONPATH=os.path.join(self.dir, "site") + os.pathsep + self.env["PYTHONPATH"],
-                   XSALLOC_TORCH_ADAPTER="0")
+        env = self.site_env()
         r = self.run_py("-m", "xsalloc.run", script, env=env)
-        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, f"{3 * MiB}\n", ""))
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "on xsalloc\n", ""))
         plain = self.run_py(script, env=env)
         self.assertIn("xsalloc is not torch's allocator", plain.stderr, "the stand-in can tell")
 
+    def test_no_adapter_stops_the_job_before_the_script_saying_why(self):
+        fake_site.write(os.path.join(self.dir, "site"), cpp_extension=False)  # nothing can build it
+        script = self.write("scripts/train.py", "print('the script ran')\n")
+        r = self.run_py("-m", "xsalloc.run", script, env=self.site_env())
+        self.assertEqual((r.returncode, r.stdout), (1, ""))
+        self.assertTrue(r.stderr.startswith("xsalloc.run: xsalloc cannot become the allocator, so the program does "
+                                            "not start: xsalloc: the torch adapter cannot be used"), r.stderr)
+        self.assertIn("XSALLOC_TORCH_ADAPTER=0", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
     def test_cupy_allocator_when_cupy_is_imported(self):
-        self.write("site/cupy/__init__.py", FAKE_CUPY)
-        script = self.write("scripts/cupy_job.py", """\
-            import sys
-            assert "cupy" not in sys.modules, "imported before the script asked for it"
-            import cupy
-            import xsalloc
-            assert cupy.cuda.allocator is not None, "xsalloc is not CuPy's allocator"
-            mp = cupy.cuda.allocator(3 << 20)
-            print(xsalloc.memory_stats(0)["allocated_bytes.all.current"])
+        fake_site.write(os.path.join(self.dir, "site"), torch=False, cupy=True)
+        for find_first in ("", "import importlib.util; assert importlib.util.find_spec('cupy') is not None\n"):
+            script = self.write("scripts/cupy_job.py", find_first + textwrap.dedent("""\
+                import sys
+                assert "cupy" not in sys.modules, "imported before the script asked for it"
+                import cupy
+                import xsalloc
+                assert cupy.cuda.allocator is not None, "xsalloc is not CuPy's allocator"
+                assert type(cupy.__loader__).__name__ == "SourceFileLoader", "cupy keeps its own loader"
+                mp = cupy.cuda.allocator(3 << 20)
+                print(xsalloc.memory_stats(0)["allocated_bytes.all.current"])
+                """))
+            env = self.site_env()
+            r = self.run_py("-m", "xsalloc.run", script, env=env)
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, f"{3 * MiB}\n", ""), find_first)
+            plain = self.run_py(script, env=env)
+            self.assertIn("xsalloc is not CuPy's allocator", plain.stderr, "the stand-in can tell")
+
+    def test_module_targets_run_as_python_dash_m(self):
+        self.write("pkg/__init__.py", "")
+        self.write("pkg/__main__.py", INTROSPECT_MODULE + "print('package main')\n")
+        self.write("pkg/tool.py", INTROSPECT_MODULE + "import sys\nsys.exit(int(sys.argv[1]))\n")
+        self.write("pkg/fails.py", "def f():\n    raise ValueError('bad input')\nf()\n")
+        for argv, status in ((["pkg", "--x", "1"], 0), (["pkg.tool", "5"], 5)):
+            plain = self.run_py("-m", *argv)
+            run = self.run_py("-m", "xsalloc.run", "-m", *argv)
+            self.assertEqual((run.returncode, run.stdout, run.stderr), (plain.returncode, plain.stdout, plain.stderr))
+            self.assertEqual(run.returncode, status)
+            self.assertIn("name __main__ True", run.stdout)
+        plain, run = self.run_py("-m", "pkg.fails"), self.run_py("-m", "xsalloc.run", "-m", "pkg.fails")
+        self.assertEqual((run.returncode, run.stdout), (1, ""))
+        self.assertTrue(run.stderr.endswith("ValueError: bad input\n") and plain.stderr.endswith("ValueError: bad input\n"))
+        self.assertIn('fails.py", line 2, in f', run.stderr)
+        self.assertNotIn("xsalloc", run.stderr)
+        for missing in ("no_such_module", "pkg.no_such"):
+            plain, run = self.run_py("-m", missing), self.run_py("-m", "xsalloc.run", "-m", missing)
+            self.assertEqual((run.returncode, run.stderr), (plain.returncode, plain.stderr))
+            self.assertIn("No module named", run.stderr)
+
+    def test_no_gpu_runs_the_script_with_one_notice(self):
+        fake_site.write(os.path.join(self.dir, "site"))
+        script = self.write("scripts/cpu.py", """\
+            import torch
+            print("allocator", torch.cuda.memory.installed)
             """)
-        # The stand-in has no cpp_extension: the pluggable path, asked for
-        # (the fallback's warning is xsalloc.torch's test).
-        env = dict(self.env, PYTHONPATH=os.path.join(self.dir, "site") + os.pathsep + self.env["PYTHONPATH"],
-                   XSALLOC_TORCH_ADAPTER="0")
-        r = self.run_py("-m", "xsalloc.run", script, env=env)
-        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, f"{3 * MiB}\n", ""))
+        env = self.site_env(CUDA_VISIBLE_DEVICES="")
+        env.pop("XSA_DRIVER")  # taken at its word otherwise
         plain = self.run_py(script, env=env)
-        self.assertIn("xsalloc is not CuPy's allocator", plain.stderr, "the stand-in can tell")
+        r = self.run_py("-m", "xsalloc.run", script, env=env)
+        self.assertEqual((r.returncode, r.stdout), (plain.returncode, plain.stdout))
+        self.assertEqual(r.stdout, "allocator None\n")
+        self.assertEqual(r.stderr.splitlines(), [
+            "xsalloc.run: CUDA_VISIBLE_DEVICES='' hides every GPU: the program runs as python runs it, without "
+            "xsalloc (on PyTorch's and CuPy's own allocators)"])
 
 
 if __name__ == "__main__":

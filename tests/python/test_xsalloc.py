@@ -267,7 +267,13 @@ class ConfigSourceTest(unittest.TestCase):
         self.assertEqual(err, "", "keys xsalloc honours are not mentioned")
         out, err = self.run_python(PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:64", PYTORCH_ALLOC_CONF="max_split_size_mb:32")
         self.assertEqual(out[1], f"PYTORCH_ALLOC_CONF {32 * MiB}")
+        # XSALLOC_CONF layers over PyTorch's variable key by key.
         out, err = self.run_python(PYTORCH_ALLOC_CONF="max_split_size_mb:32", XSALLOC_CONF="")
+        self.assertEqual(out, ['xsalloc settings from XSALLOC_CONF: "" over PYTORCH_ALLOC_CONF: "max_split_size_mb:32"',
+                               f"XSALLOC_CONF {32 * MiB}"])
+        out, err = self.run_python(PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:32", XSALLOC_CONF="max_split_size_mb:64")
+        self.assertEqual(out[1], f"XSALLOC_CONF {64 * MiB}")
+        out, err = self.run_python(XSALLOC_CONF="")
         self.assertEqual(out, ['xsalloc settings from XSALLOC_CONF: "" (all defaults)', "XSALLOC_CONF -1"])
         out, err = self.run_python()
         self.assertEqual(out[1], "none -1")
@@ -325,9 +331,24 @@ def module_as(name, module):
             sys.modules[name] = saved
 
 
+@contextlib.contextmanager
+def stand_in_pluggable():
+    """The pluggable path's functions as the library's own xsa_torch_malloc / xsa_torch_free: what
+    pip install builds (pluggable_malloc.cpp, which raises torch's OOM) needs torch's headers."""
+    saved = xsalloc._adapter.load_pluggable
+    xsalloc._adapter.load_pluggable = lambda torch, lib: (lib.path, "xsa_torch_malloc", "xsa_torch_free")
+    try:
+        yield
+    finally:
+        xsalloc._adapter.load_pluggable = saved
+
+
 def fake_torch(cuda_initialized=False):
     """A stand-in for torch with what xsalloc.torch touches, recording the calls."""
     torch = types.ModuleType("torch")
+    torch.__version__ = "2.99.0+fake"
+    torch.__file__ = __file__  # where pip packages lie beside it (the nvidia headers' search)
+    torch.version = types.SimpleNamespace(cuda="13.0")
     cuda = types.SimpleNamespace(is_initialized=lambda: cuda_initialized,
                                  _get_device_index=lambda device, optional=False: 0 if device is None else int(device))
     memory = types.SimpleNamespace(installed=None, memory_stats_as_nested_dict=None)
@@ -366,12 +387,13 @@ def fake_torch(cuda_initialized=False):
 
 def fake_torch_C():
     """torch._C's settings setter, recording the strings it accepts and
-    refusing unknown keys with ValueError, as torch 2.11's does."""
+    refusing keys it does not know (xsalloc's own among them) with ValueError,
+    as torch 2.11's does."""
     C = types.SimpleNamespace(settings=[])
 
     def set_settings(env):
         for item in filter(None, (i.strip() for i in env.split(","))):
-            if item.split(":")[0] in ("foo", "bar"):
+            if item.split(":")[0] in ("foo", "bar", "page_recycling"):
                 raise ValueError(f"Unrecognized key '{item.split(':')[0]}' in Accelerator allocator config.")
         C.settings.append(env)
     C._accelerator_setAllocatorSettings = set_settings
@@ -406,9 +428,36 @@ def fake_accelerator():
     return acc
 
 
+def fake_adapter_build(torch, built):
+    """torch.utils.cpp_extension on the stand-in torch: load() records its arguments in `built` and
+    gives a stand-in adapter module whose install() names itself torch's allocator."""
+    module = types.SimpleNamespace(installs=0, syncs=0)
+
+    def install():
+        module.installs += 1
+        torch.cuda.memory._get_current_allocator = lambda: "the adapter"
+
+    module.install = install
+    module.sync_torch_settings = lambda: setattr(module, "syncs", module.syncs + 1)
+
+    def load(**kw):
+        built.append(kw)
+        return module
+    torch.utils = types.SimpleNamespace(cpp_extension=types.SimpleNamespace(load=load))
+    return module
+
+
 class FakeTorchTest(SimTestCase):
+    def setUp(self):
+        super().setUp()
+        self.cache = tempfile.TemporaryDirectory()
+        self.addCleanup(self.cache.cleanup)
+        os.environ["TORCH_EXTENSIONS_DIR"] = self.cache.name
+        self.addCleanup(os.environ.pop, "TORCH_EXTENSIONS_DIR", None)
+
     def tearDown(self):
         xsalloc.torch._installed = None
+        xsalloc.torch._adapter_module = None
         super().tearDown()
 
     def test_torch_missing(self):
@@ -422,50 +471,56 @@ class FakeTorchTest(SimTestCase):
                 xsalloc.torch.use()
         self.assertIsNone(torch.cuda.memory.installed)
 
-    def test_adapter_fallback_warns_and_names_what_is_lost(self):
-        with module_as("torch", fake_torch()) as torch:  # no torch.utils.cpp_extension: cannot build
-            with self.assertWarnsRegex(UserWarning, "torch adapter could not be built .*OutOfMemoryError.*MemPool"):
-                alloc = xsalloc.torch.use()
-            self.assertIs(torch.cuda.memory.installed, alloc, "the pluggable path instead")
-            self.assertFalse(xsalloc.torch.adapter_in_use())
+    def test_no_silent_fallback_when_the_adapter_cannot_be_had(self):
+        for adapter in (None, True):
+            with module_as("torch", fake_torch()) as torch:  # no torch.utils.cpp_extension: cannot build
+                with self.assertRaises(xsalloc.torch.AdapterUnavailableError) as cm:
+                    xsalloc.torch.use(adapter=adapter)
+                self.assertIsNone(torch.cuda.memory.installed, "not the pluggable path either")
+                self.assertFalse(xsalloc.torch.adapter_in_use())
+            text = str(cm.exception)
+            for what in ("the torch adapter cannot be used: pip install built no torch adapter here",
+                         "No module named 'torch.utils'",  # what failed
+                         "does not fall back to torch's CUDAPluggableAllocator unasked",
+                         "pip install --no-build-isolation", "a C++ compiler, ninja",  # how to fix it
+                         "python SCRIPT instead of python -m xsalloc.run SCRIPT",  # how to run without
+                         "XSALLOC_TORCH_ADAPTER=0"):
+                self.assertIn(what, text)
 
-    def test_adapter_required_raises_when_it_cannot_build(self):
+    def test_pluggable_path_refused_without_its_malloc(self):
         with module_as("torch", fake_torch()) as torch:
-            with self.assertRaises(ImportError):
-                xsalloc.torch.use(adapter=True)
+            with self.assertRaisesRegex(xsalloc.torch.AdapterUnavailableError,
+                                        "needs its malloc, which raises torch.OutOfMemoryError"):
+                xsalloc.torch.use(adapter=False)
             self.assertIsNone(torch.cuda.memory.installed)
 
-    def test_adapter_is_built_against_the_library_and_installed(self):
+    def test_adapter_is_built_once_c_plus_plus_only_and_installed(self):
         built = []
-        module = types.SimpleNamespace(installs=0)
-        module.install = lambda: setattr(module, "installs", module.installs + 1)
-
-        def load(**kw):
-            built.append(kw)
-            return module
-        utils = types.SimpleNamespace(cpp_extension=types.SimpleNamespace(load=load))
-        with module_as("torch", fake_torch()) as torch, module_as("torch.utils", utils):
-            torch.utils = utils
-            torch.cuda.memory._get_current_allocator = lambda: "the adapter"
-            try:
+        with module_as("torch", fake_torch()) as torch:
+            module = fake_adapter_build(torch, built)
+            with module_as("torch.utils", torch.utils):
                 self.assertEqual(xsalloc.torch.use(), "the adapter")
                 self.assertTrue(xsalloc.torch.adapter_in_use())
-            finally:
-                xsalloc.torch._adapter = None
-            self.assertEqual(module.installs, 1)
+            self.assertEqual((module.installs, module.syncs), (1, 1), "torch's settings told xsalloc's")
             self.assertTrue(torch._C._accelerator_setAllocatorSettings._xsalloc, "settings reach xsalloc")
             self.assertIsNone(torch.cuda.memory.installed, "not the pluggable path")
             self.assertIsNone(torch.cuda.memory.memory_stats_as_nested_dict, "torch's statistics left alone")
+            torch.cuda.memory._set_allocator_settings("max_split_size_mb:64")
+            self.assertEqual(module.syncs, 2, "told again after a change at run time")
         kw = built[0]
         self.assertEqual(sorted(os.path.basename(s) for s in kw["sources"]),
-                         ["adapter.cpp", "contexts.cpp", "snapshot.cpp"], "the adapter's sources, by job")
+                         ["adapter.cpp", "contexts.cpp", "snapshot.cpp", "torch_settings.cpp"], "by job")
         self.assertTrue(all(os.path.exists(s) for s in kw["sources"]))
+        self.assertFalse(kw["with_cuda"], "C++ only: no nvcc, no arch list, no CUDA")
         self.assertTrue(os.path.exists(os.path.join(kw["extra_include_paths"][0], "xsalloc", "pytorch.h")))
+        self.assertTrue(any(os.path.exists(os.path.join(d, "cuda_runtime_api.h")) for d in kw["extra_include_paths"]))
         libdir = os.path.dirname(os.path.abspath(self.lib.path))
         self.assertIn(f"-Wl,-rpath,{libdir}", kw["extra_ldflags"])
+        self.assertEqual(os.path.dirname(kw["build_directory"]), self.cache.name)
+        self.assertEqual(os.path.basename(kw["build_directory"]), kw["name"])
 
     def test_use_installs_the_entry_points_and_hooks(self):
-        with module_as("torch", fake_torch()) as torch:
+        with module_as("torch", fake_torch()) as torch, stand_in_pluggable():
             alloc = xsalloc.torch.use(adapter=False)
             self.assertIs(torch.cuda.memory.installed, alloc)
             self.assertIs(xsalloc.torch.use(), alloc, "idempotent")
@@ -502,7 +557,7 @@ class FakeTorchTest(SimTestCase):
             self.assertIn("xsa_torch_end_allocate_to_pool failed", err[0])
 
     def test_pluggable_path_points_torch_accelerator_at_xsalloc(self):
-        with module_as("torch", fake_torch()) as torch:
+        with module_as("torch", fake_torch()) as torch, stand_in_pluggable():
             alloc = xsalloc.torch.use(adapter=False)
             acc = torch.accelerator
             self.assertIn("active_bytes.all.current", acc.memory_stats(), "the name torch.accelerator re-exports too")
@@ -520,7 +575,7 @@ class FakeTorchTest(SimTestCase):
             self.assertEqual(acc.memory.max_memory_reserved(), 0)
 
     def test_settings_set_through_torch_reach_xsalloc(self):
-        with module_as("torch", fake_torch()) as torch:
+        with module_as("torch", fake_torch()) as torch, stand_in_pluggable():
             alloc = xsalloc.torch.use(adapter=False)
             malloc, free = TORCH_MALLOC(alloc.fns[0]), TORCH_FREE(alloc.fns[1])
             torch.cuda.memory._set_allocator_settings("expandable_segments:False")
@@ -530,13 +585,18 @@ class FakeTorchTest(SimTestCase):
             free(p, MiB, 0, None)
             self.assertIn('changed at run time by xsa_set_allocator_settings: "expandable_segments:False"',
                           xsalloc.memory_summary(0))
-            # torch refuses first: xsalloc is not reached.
-            with self.assertRaisesRegex(ValueError, "Unrecognized key 'foo'"):
-                torch._C._accelerator_setAllocatorSettings("foo:1,bar:2")
-            # torch accepts, xsalloc refuses a key set when the pools were made, naming it.
+            # xsalloc refuses first (a key set when the pools were made; an unknown key): torch's
+            # setter is not reached, so neither side changes.
             with self.assertRaisesRegex(xsalloc.XsallocError, "'per_process_memory_fraction' cannot change"):
                 torch.cuda.memory._set_allocator_settings("per_process_memory_fraction:0.5")
-            self.assertEqual(torch._C.settings[-1], "per_process_memory_fraction:0.5")
+            with self.assertRaisesRegex(xsalloc.XsallocError, "XSA_ERROR_CONFIG: unknown key 'foo'"):
+                torch._C._accelerator_setAllocatorSettings("foo:1,bar:2")
+            self.assertEqual(torch._C.settings, ["expandable_segments:False"], "torch kept neither")
+            # torch refuses one xsalloc takes: xsalloc, asked first, changed nothing either.
+            with self.assertRaisesRegex(ValueError, "Unrecognized key 'page_recycling'"):
+                torch.cuda.memory._set_allocator_settings("page_recycling:False,max_split_size_mb:64")
+            self.assertNotIn("page_recycling", xsalloc.memory_summary(0).splitlines()[-1])
+            self.assertEqual(xsalloc.memory_stats(0)["max_split_size"], -1)
             xsalloc.torch.use()  # a second use() wraps nothing twice
             torch.cuda.memory._set_allocator_settings("expandable_segments:True")
             self.assertEqual(torch._C.settings[-1], "expandable_segments:True")
@@ -546,8 +606,11 @@ class FakeTorchTest(SimTestCase):
             self.lib.cdll.xsa_empty_cache()
 
     def test_set_allocator_settings_errors(self):
-        with self.assertRaisesRegex(ValueError, "'max_split_size_mb' value 'abc'"):
+        with self.assertRaises(xsalloc.XsallocError) as cm:
             xsalloc.set_allocator_settings("max_split_size_mb:abc")
+        self.assertEqual(cm.exception.status, "XSA_ERROR_CONFIG")
+        self.assertEqual(str(cm.exception).count("xsa_set_allocator_settings"), 1, "the function named once")
+        self.assertIn("'max_split_size_mb' value 'abc'", str(cm.exception))
         with self.assertRaisesRegex(xsalloc.XsallocError, "XSA_ERROR_NOT_SUPPORTED: .*'peer_access'"):
             xsalloc.set_allocator_settings("peer_access:True")
         xsalloc.set_allocator_settings("roundup_power2_divisions:4")
@@ -558,8 +621,8 @@ class FakeTorchTest(SimTestCase):
         self.lib.cdll.xsa_empty_cache()
 
     def test_conf_on_a_second_use_is_refused(self):
-        with module_as("torch", fake_torch()):
-            xsalloc.torch.use()
+        with module_as("torch", fake_torch()), stand_in_pluggable():
+            xsalloc.torch.use(adapter=False)
             with self.assertRaisesRegex(RuntimeError, "already torch's allocator"):
                 xsalloc.torch.use("max_split_size_mb:32")
 

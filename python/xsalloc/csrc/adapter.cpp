@@ -3,10 +3,13 @@
  * c10::cuda::CUDACachingAllocator's CUDAAllocator interface over xsalloc's
  * C API (xsalloc/xsalloc.h, xsalloc/pytorch.h), and install().
  *
- * Design: xsalloc.torch.use() compiles csrc/ once as a torch C++ extension
- * against the torch that is installed (cached by torch), links it to the
- * package's libxsalloc.so and calls install(), which makes an Adapter
- * torch's allocator the way torch.cuda.memory.change_current_allocator does.
+ * Design: pip install compiles csrc/ as a torch C++ extension against the
+ * torch that is installed (xsalloc.torch.use() does it at first use when
+ * pip could not: python/xsalloc/_adapter.py), linked to the package's
+ * libxsalloc.so; use() imports it and calls install(), which makes an
+ * Adapter torch's allocator the way
+ * torch.cuda.memory.change_current_allocator does, and tells torch's own
+ * settings what xsalloc's are (torch_settings.cpp).
  * Every call goes straight to the C library; the adapter adds only what the
  * C core cannot hold: torch's own objects. Python stacks (GatheredContext)
  * for snapshots are kept by contexts.cpp, and snapshot.cpp turns xsalloc's
@@ -40,6 +43,7 @@
 #include "common.h"
 #include "contexts.h"
 #include "snapshot.h"
+#include "torch_settings.h"
 
 namespace xsalloc_torch {
 namespace {
@@ -463,7 +467,9 @@ class Adapter final : public CCA::CUDAAllocator {
 
 };
 
-std::shared_ptr<Adapter> the_adapter;
+// Never destroyed: a tensor's deleter may run on another thread while the
+// process exits, after static destructors have started.
+Adapter* the_adapter = nullptr;
 
 void free_block(void* ptr) {
   if (ptr) the_adapter->release(ptr);
@@ -476,12 +482,15 @@ void free_block(void* ptr) {
 // which it leaves at torch's own allocator, never initialised: the adapter
 // registers there too, at the highest priority, so that no registration of
 // torch's own (priority 0) can take the place back.
+// The adapter lives for the whole process: torch holds it through a
+// shared_ptr whose deleter does nothing.
 void install() {
   require(!the_adapter, "the adapter is installed already");
-  auto adapter = std::make_shared<Adapter>();
-  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(adapter);
-  c10::SetAllocator(c10::DeviceType::CUDA, adapter.get(), std::numeric_limits<uint8_t>::max());
-  require(c10::GetAllocator(c10::DeviceType::CUDA) == adapter.get(),
+  auto* adapter = new Adapter();
+  std::shared_ptr<Adapter> held(adapter, [](Adapter*) {});
+  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(held);
+  c10::SetAllocator(c10::DeviceType::CUDA, adapter, std::numeric_limits<uint8_t>::max());
+  require(c10::GetAllocator(c10::DeviceType::CUDA) == adapter,
           "c10::SetAllocator(kCUDA) kept another allocator: torch.accelerator's memory API would miss xsalloc");
   the_adapter = adapter;
 }
@@ -492,4 +501,9 @@ void install() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "xsalloc as torch's CUDA allocator (CUDAAllocator over libxsalloc.so)";
   m.def("install", &xsalloc_torch::install, "make xsalloc torch's CUDA allocator; before CUDA is initialised");
+  m.def("sync_torch_settings", &xsalloc_torch::sync_torch_settings,
+        "tell torch's own allocator settings (c10) xsalloc's: what other code reads there is then xsalloc's");
+  m.def("torch_settings", &xsalloc_torch::torch_settings,
+        "torch's own allocator settings as c10 holds them: (expandable_segments as CUDAAllocatorConfig says, "
+        "max_split_size, garbage_collection_threshold, last settings string)");
 }

@@ -3,12 +3,15 @@
  * allocator namespaces, errors thrown as torch's, and the device guard.
  *
  * The adapter is c10::cuda::CUDACachingAllocator's CUDAAllocator interface
- * over xsalloc's C API (xsalloc/xsalloc.h, xsalloc/pytorch.h), in three
- * files by job: adapter.cpp (the allocator interface, memory pools with an
+ * over xsalloc's C API (xsalloc/xsalloc.h, xsalloc/pytorch.h), in files
+ * by job: adapter.cpp (the allocator interface, memory pools with an
  * allocator of their own, install()), contexts.cpp (the Python stacks kept
- * for snapshots and traces) and snapshot.cpp (xsalloc's snapshots and
- * history as torch's SnapshotInfo and TraceEntry). xsalloc.torch.use()
- * compiles them as one torch C++ extension (python/xsalloc/torch.py).
+ * for snapshots and traces), snapshot.cpp (xsalloc's snapshots and history
+ * as torch's SnapshotInfo and TraceEntry) and torch_settings.cpp (torch's
+ * own settings told xsalloc's). pip install compiles them as one torch C++
+ * extension, xsalloc.torch.use() at first use where it could not
+ * (python/xsalloc/_adapter.py). pluggable_malloc.cpp is apart: the
+ * pluggable path's malloc, a library of its own.
  */
 #pragma once
 

@@ -6,7 +6,10 @@ pausing only the KV cache, then only the graphs; each as a hash and the
 first step where it differs from the first run, with that step's logit
 gap (top-1 minus top-2) on the first run.
 
-    python -m xsalloc.run tests/gpu/probes/decode_determinism_probe.py
+    python -m xsalloc.run tests/gpu/probes/decode_determinism_probe.py [MATH|EFFICIENT_ATTENTION|CUDNN_ATTENTION]
+    PROBE_SAVER=none python tests/gpu/probes/decode_determinism_probe.py      (torch's allocator, no pause)
+
+(the graphs are captured with the backend chosen)
 """
 import hashlib
 import os
@@ -20,8 +23,12 @@ import colocate  # noqa: E402
 
 torch.use_deterministic_algorithms(True, warn_only=True)
 torch.backends.cuda.matmul.allow_tf32 = False
-saver = colocate.Saver("xsalloc", torch)
+saver = colocate.Saver(os.environ.get("PROBE_SAVER", "xsalloc"), torch)  # none: torch's own allocator
 gen = colocate.Generator(torch, saver)
+backend = sys.argv[1] if len(sys.argv) > 1 else "default"
+if backend != "default":
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa_kernel(getattr(SDPBackend, backend)).__enter__()
 gen.capture(saver, torch.cuda.graph_pool_handle())
 g = torch.Generator(device="cuda").manual_seed(1001)
 prompts = torch.randint(0, 32000, (16, 128), device="cuda", generator=g)
@@ -38,10 +45,11 @@ def report(name, toks, ref):
           f"{'same' if same else f'differs from step {first}'}", flush=True)
 
 
+print("attention backend:", backend)
 ref = run()
 report("first", ref, ref)
 report("again, no pause", run(), ref)
-for tags in (("kv_cache", "graph"), ("kv_cache",), ("graph",)):
+for tags in (("kv_cache", "graph"), ("kv_cache",), ("graph",)) if saver.s else ():
     for t in tags:
         saver.s.pause(t)
     for t in tags:
