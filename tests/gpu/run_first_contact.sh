@@ -77,7 +77,7 @@ installed=
 if [ -n "$headers" ]; then
     [ -e /usr/local/cuda ] && mv /usr/local/cuda /usr/local/.cuda-hidden
     if pip_install pip_no_toolkit; then installed=1; say PASS pip_no_toolkit "pip install with no CUDA toolkit: $(( $(date +%s) - t0 )) s"
-    else say FAIL pip_no_toolkit "$(grep -iE 'error|fatal|not found|no such' "$work/pip_no_toolkit.log" | grep -v 'note:' | head -8 | tr '\n' ' ' | cut -c1-1500)"; fi
+    else say FAIL pip_no_toolkit "$(grep -vE '^ *[^ ]*(gcc|g\+\+|c\+\+|ld) ' "$work/pip_no_toolkit.log" | grep -E 'rror:|fatal|not found|No such|Traceback|OSError|RuntimeError' | grep -v 'subprocess-exited' | head -8 | tr '\n' ' ' | cut -c1-1500)"; fi
     restore_cuda
 else
     say SKIP pip_no_toolkit "this torch's environment has no CUDA headers of its own (no nvidia/*/include/cuda_runtime_api.h)"
