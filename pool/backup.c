@@ -40,9 +40,14 @@ static xsa_pool_status driver_error(xsa_pool *p, const char *call, xsa_cu_result
     return r == XSA_CU_ERROR_OUT_OF_MEMORY ? XSA_POOL_HOST_OOM : XSA_POOL_DRIVER_ERROR;
 }
 
-/* Gives an arena's memory back; a refusal leaves it to a later try. */
+/* Gives an arena's memory back; a refusal leaves it to a later try. In
+ * relaxed capture mode: a block with a kept copy may be freed while
+ * another thread captures in global mode, which cuMemFreeHost would
+ * invalidate. */
 static xsa_cu_result free_arena_memory(xsa_pool *p, xsa_arena *a) {
+    int mode = xsa_driver_relax_capture(p->drv);
     xsa_cu_result r = a->mmapped ? XSA_DRV(p->drv, mem_host_unregister, a->base) : XSA_DRV(p->drv, mem_free_host, a->base);
+    xsa_driver_restore_capture(p->drv, mode);
     if (r == XSA_CU_SUCCESS && a->mmapped) munmap(a->base, a->size);
     return r;
 }

@@ -382,7 +382,7 @@ static void commit_pause(xsa_pool *p, xsa_seg *s, size_t pages) {
     }
 }
 
-xsa_pool_status xsa_pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *err, size_t errlen) {
+static xsa_pool_status pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *err, size_t errlen) {
     pool_set set;
     if (!collect(p, tag, false, &set)) return xsa_pool_host_oom(p->device, err, errlen);
     xsa_pool_status st = XSA_POOL_OK;
@@ -483,7 +483,7 @@ static xsa_pool_status map_all(xsa_pool *p, const pool_set *set, size_t pages, c
     return XSA_POOL_DRIVER_ERROR;
 }
 
-xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err, size_t errlen) {
+static xsa_pool_status resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err, size_t errlen) {
     pool_set set;
     if (!collect(p, tag, true, &set)) return xsa_pool_host_oom(p->device, err, errlen);
     if (!set.n) {
@@ -533,6 +533,24 @@ xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err
 }
 
 xsa_pause_report xsa_pause_last_report(const xsa_pool *p, bool resume) { return p->reports[resume]; }
+
+/* The calling thread in relaxed capture mode for a pause or resume: a
+ * global-mode capture on another thread (another device's: this one's is
+ * refused above) would be invalidated by its waits and its pinned host
+ * memory calls otherwise. */
+xsa_pool_status xsa_pause_tag(xsa_pool *p, uint32_t tag, unsigned flags, char *err, size_t errlen) {
+    int mode = xsa_driver_relax_capture(p->drv);
+    xsa_pool_status st = pause_tag(p, tag, flags, err, errlen);
+    xsa_driver_restore_capture(p->drv, mode);
+    return st;
+}
+
+xsa_pool_status xsa_resume_tag(xsa_pool *p, uint32_t tag, bool retain, char *err, size_t errlen) {
+    int mode = xsa_driver_relax_capture(p->drv);
+    xsa_pool_status st = resume_tag(p, tag, retain, err, errlen);
+    xsa_driver_restore_capture(p->drv, mode);
+    return st;
+}
 
 /* ---- while paused ---- */
 

@@ -155,10 +155,29 @@ static xsa_cu_result sim_thread_exchange_capture_mode(int *m) { GUARDED(thread_e
 static xsa_cu_result sim_process_get_fds(int pid, const int *f, int n, int *o) { GUARDED(process_get_fds, xsa_driver_process_get_fds(pid, f, n, o)); }
 static xsa_cu_result sim_stream_create(xsa_stream *s, int d) { GUARDED(stream_create, xsa_sim_tl_stream_create(s, d)); }
 static xsa_cu_result sim_stream_destroy(xsa_stream s) { GUARDED(stream_destroy, xsa_sim_cap_stream_destroy(s)); }
-static xsa_cu_result sim_mem_host_alloc(void **h, size_t s) { GUARDED(mem_host_alloc, xsa_sim_host_alloc(h, s)); }
-static xsa_cu_result sim_mem_free_host(void *h) { GUARDED(mem_free_host, xsa_sim_host_free(h)); }
-static xsa_cu_result sim_mem_host_register(void *h, size_t s) { GUARDED(mem_host_register, xsa_sim_host_register(h, s)); }
-static xsa_cu_result sim_mem_host_unregister(void *h) { GUARDED(mem_host_unregister, xsa_sim_host_unregister(h)); }
+
+/* Pinned host memory calls are refused during a global-mode capture, which
+ * they invalidate, as cuMemAlloc and cuMemFree (xsalloc/sim.h says why). */
+static xsa_cu_result host_alloc(void **h, size_t s) {
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuMemHostAlloc");
+    return r ? r : xsa_sim_host_alloc(h, s);
+}
+static xsa_cu_result host_free(void *h) {
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuMemFreeHost");
+    return r ? r : xsa_sim_host_free(h);
+}
+static xsa_cu_result host_register(void *h, size_t s) {
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuMemHostRegister");
+    return r ? r : xsa_sim_host_register(h, s);
+}
+static xsa_cu_result host_unregister(void *h) {
+    xsa_cu_result r = xsa_sim_cap_device_sync("cuMemHostUnregister");
+    return r ? r : xsa_sim_host_unregister(h);
+}
+static xsa_cu_result sim_mem_host_alloc(void **h, size_t s) { GUARDED(mem_host_alloc, host_alloc(h, s)); }
+static xsa_cu_result sim_mem_free_host(void *h) { GUARDED(mem_free_host, host_free(h)); }
+static xsa_cu_result sim_mem_host_register(void *h, size_t s) { GUARDED(mem_host_register, host_register(h, s)); }
+static xsa_cu_result sim_mem_host_unregister(void *h) { GUARDED(mem_host_unregister, host_unregister(h)); }
 static xsa_cu_result sim_memcpy_dtoh_async(void *dst, xsa_devptr src, size_t n, xsa_stream s) { GUARDED(memcpy_dtoh_async, ON_STREAM(s, xsa_sim_cap_copy(true, dst, src, n, s))); }
 /* The source is only read: the one copy routine takes a non-const host pointer for both directions. */
 static xsa_cu_result sim_memcpy_htod_async(xsa_devptr dst, const void *src, size_t n, xsa_stream s) { GUARDED(memcpy_htod_async, ON_STREAM(s, xsa_sim_cap_copy(false, (void *)(uintptr_t)src, dst, n, s))); }

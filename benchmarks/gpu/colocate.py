@@ -73,6 +73,7 @@ class Saver:
     def __init__(self, kind, torch):
         self.kind, self.torch, self.s = kind, torch, None
         self.paused = set()  # torch_memory_saver refuses (and then crashes) to resume what is not paused
+        self.steps = {}  # xsalloc: "pause_kv_cache" -> its last_report
         if kind == "xsalloc":
             from xsalloc.memory_saver import torch_memory_saver
             self.s = torch_memory_saver
@@ -102,8 +103,12 @@ class Saver:
         t0 = time.perf_counter()
         getattr(self.s, what)(tag)
         self.torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
         (self.paused.add if what == "pause" else self.paused.discard)(tag)
-        return time.perf_counter() - t0
+        if self.kind == "xsalloc":  # xsalloc's own account of the steps, for the log
+            import xsalloc.elastic
+            self.steps[f"{what}_{tag}"] = xsalloc.elastic.last_report(0, resume=what == "resume")
+        return seconds
 
     def copy_rate(self):
         """GiB/s of the last pause's copy to host memory alone (xsalloc reports its steps), else None."""
@@ -331,7 +336,7 @@ def main(argv=None):
         prompts = torch.randint(0, 32000, (16, 128), device="cuda", generator=g)
         token_hash.update(gen.generate(prompts, args.decode_steps).cpu().numpy().tobytes())
         measure(cycle, "generate")
-        t.update(pause_generator(cycle), backup_bytes=backup_bytes)
+        t.update(pause_generator(cycle), backup_bytes=backup_bytes, steps=dict(saver.steps))
         rec["times"].append(t)
     rec["tokens_sha256"] = token_hash.hexdigest()
     line = json.dumps(rec)

@@ -114,7 +114,12 @@
  *     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED if it overlaps a
  *     registered or allocated byte, CUDA_ERROR_INVALID_VALUE for memory
  *     not mapped; mem_host_unregister of anything but a registered base is
- *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED.
+ *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED. The four are refused during
+ *     a global-mode capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and
+ *     invalidate it, as cuMemAlloc does, unless the calling thread is in
+ *     relaxed mode: a registration then is reported to invalidate the
+ *     capture on real GPUs; the rest are on the strict side
+ *     (tests/gpu/probes/host_copy_probe.c compares all four).
  *   - a copy (memcpy_dtoh_async, memcpy_htod_async) is stream work like a
  *     kernel over its device range: a bad launch (CUDA_ERROR_ILLEGAL_ADDRESS,
  *     counted, nothing queued) if any byte of it is not mapped with access

@@ -21,10 +21,11 @@ import ctypes
 import json
 
 from . import _lib
-from ._lib import LibraryNotFoundError, XsallocError, load
+from ._lib import LibraryNotFoundError, XsallocConfigError, XsallocError, load
 
 __all__ = [
     "LibraryNotFoundError",
+    "XsallocConfigError",
     "XsallocError",
     "driver_name",
     "empty_cache",

@@ -29,6 +29,11 @@ class XsallocError(RuntimeError):
         self.status = status
 
 
+class XsallocConfigError(XsallocError, ValueError):
+    """A settings string xsalloc refuses (status 'XSA_ERROR_CONFIG'): also a ValueError, as torch's own
+    refusal of a bad value is, so that code catching torch's error catches xsalloc's."""
+
+
 class LibraryNotFoundError(ImportError):
     """libxsalloc.so could not be found or loaded."""
 
@@ -204,7 +209,8 @@ class Library:
             detail = self.last_error() or "no detail"
             if detail.startswith(what + ": "):
                 detail = detail[len(what) + 2:]
-            raise XsallocError(self.status_name(status), f"{what}: {self.status_name(status)}: {detail}")
+            kind = XsallocConfigError if status == ERROR_CONFIG else XsallocError
+            raise kind(self.status_name(status), f"{what}: {self.status_name(status)}: {detail}")
 
     def init(self, conf=None):
         """xsa_init(conf). Already initialised is accepted when conf is None

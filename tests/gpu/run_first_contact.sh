@@ -77,7 +77,7 @@ installed=
 if [ -n "$headers" ]; then
     [ -e /usr/local/cuda ] && mv /usr/local/cuda /usr/local/.cuda-hidden
     if pip_install pip_no_toolkit; then installed=1; say PASS pip_no_toolkit "pip install with no CUDA toolkit: $(( $(date +%s) - t0 )) s"
-    else say FAIL pip_no_toolkit "$(tail -3 "$work/pip_no_toolkit.log" | tr '\n' ' ' | cut -c1-400)"; fi
+    else say FAIL pip_no_toolkit "$(grep -vE '^ *[^ ]*(gcc|g\+\+|c\+\+|ld) ' "$work/pip_no_toolkit.log" | grep -E 'rror:|fatal|not found|No such|Traceback|OSError|RuntimeError' | grep -v 'subprocess-exited' | head -8 | tr '\n' ' ' | cut -c1-1500)"; fi
     restore_cuda
 else
     say SKIP pip_no_toolkit "this torch's environment has no CUDA headers of its own (no nvidia/*/include/cuda_runtime_api.h)"
@@ -89,7 +89,7 @@ if [ -z "$installed" ]; then
 fi
 rm -rf "$root/build" "$root/python/xsalloc.egg-info"
 site=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
-built=$(cd "$site/xsalloc" && ls _torch_adapter.so libxsalloc_pluggable.so _torch_adapter.json 2>/dev/null | tr '\n' ' ')
+built=$(cd "$site/xsalloc" && ls _torch_adapter.so libxsalloc_pluggable.so _torch_adapter.json 2>/dev/null | LC_ALL=C sort | tr '\n' ' ')
 [ "$built" = "_torch_adapter.json _torch_adapter.so libxsalloc_pluggable.so " ] \
     && say PASS pip_adapter "built at pip install: $built($(cat "$site/xsalloc/_torch_adapter.json"))" \
     || say FAIL pip_adapter "the installed package holds: $(ls "$site/xsalloc" | tr '\n' ' ')"

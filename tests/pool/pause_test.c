@@ -242,6 +242,28 @@ static void test_empty_cache_releases_tagged_cache(void **state) {
     teardown(p);
 }
 
+/* A global-mode capture on another stream (another thread's, or another
+ * device's) is not invalidated by a pause and resume with backup: they run
+ * in relaxed capture mode. */
+static void test_pause_beside_a_capture(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, NULL);
+    tagged_pool(p, M1, WEIGHTS, XSA_TAG_CPU_BACKUP);
+    void *w = alloc_in(p, M1, 3 * MiB, S1);
+    fill(w, 3 * MiB, 11);
+    assert_int_equal(drv->stream_begin_capture(S3), XSA_CU_SUCCESS);
+    pause_ok(p, WEIGHTS, 0);
+    resume_ok(p, WEIGHTS, false);
+    xsa_graph g = NULL;
+    assert_int_equal(drv->stream_end_capture(S3, &g), XSA_CU_SUCCESS);
+    assert_non_null(g);
+    assert_int_equal(drv->graph_destroy(g), XSA_CU_SUCCESS);
+    assert_int_equal(violations().failed_captures, 0);
+    assert_true(holds(w, 3 * MiB, 11));
+    release(p, w);
+    teardown(p);
+}
+
 /* ---- while paused ---- */
 
 static void test_free_while_paused(void **state) {
@@ -482,6 +504,7 @@ int main(void) {
         cmocka_unit_test(test_pause_completes_pending_frees),
         cmocka_unit_test(test_captured_pool_keeps_its_pages),
         cmocka_unit_test(test_empty_cache_releases_tagged_cache),
+        cmocka_unit_test(test_pause_beside_a_capture),
         cmocka_unit_test(test_free_while_paused),
         cmocka_unit_test(test_malloc_in_paused_pool_is_refused),
         cmocka_unit_test(test_release_paused_pool),

@@ -46,6 +46,11 @@ void assert_usage_zero(void) {
     assert_int_equal(0, u.mem_alloc_bytes);
     assert_int_equal(0, u.events);
     assert_int_equal(0, u.pending_events);
+    assert_int_equal(0, u.streams);
+    assert_int_equal(0, u.host_allocs);
+    assert_int_equal(0, u.host_alloc_bytes);
+    assert_int_equal(0, u.host_registrations);
+    assert_int_equal(0, u.host_registered_bytes);
     for (int d = 0; d < XSA_SIM_MAX_DEVICES; d++) assert_int_equal(0, u.device_used[d]);
 }
 

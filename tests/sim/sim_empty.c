@@ -21,4 +21,7 @@ void xsa_fixture_expect_sim_empty(void) {
     assert_int_equal(u.captures, 0);
     assert_int_equal(u.graphs, 0);
     assert_int_equal(u.graph_execs, 0);
+    assert_int_equal(u.streams, 0);
+    assert_int_equal(u.host_allocs, 0);
+    assert_int_equal(u.host_registrations, 0);
 }

@@ -1,7 +1,8 @@
 /*
  * sim_empty: the check every test ends with, at pool or API level: the
  * simulated driver was handed everything back (no handle, mapped byte,
- * reservation, cuMemAlloc, event, capture or graph left).
+ * reservation, cuMemAlloc, event, capture, graph, created stream, pinned
+ * host allocation or registration left).
  */
 #ifndef XSA_TESTS_SIM_EMPTY_H
 #define XSA_TESTS_SIM_EMPTY_H

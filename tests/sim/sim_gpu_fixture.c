@@ -37,6 +37,7 @@ int teardown(void **state) {
     CHECK();
     xsa_fixture_expect_sim_empty();
     assert_int_equal(0, usage().pending_kernels);
+    assert_int_equal(0, usage().pending_copies);
     return 0;
 }
 

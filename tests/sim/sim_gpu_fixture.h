@@ -3,7 +3,7 @@
  * (sim_timeline_test, sim_capture_test) share: a freshly configured
  * simulated driver per case, the driver's invariant check after each step,
  * kernels, events, mappings, and exact violation counts. At the end of a
- * case the driver holds nothing and no kernel is pending.
+ * case the driver holds nothing and no kernel or copy is pending.
  */
 #ifndef XSA_TESTS_SIM_GPU_FIXTURE_H
 #define XSA_TESTS_SIM_GPU_FIXTURE_H
@@ -35,7 +35,7 @@ void check_sim(const char *file, int line);
 #define OK(call) EXPECT(XSA_CU_SUCCESS, call)
 
 /* cmocka setup and teardown: a 64 MiB simulated device; at the end the
- * invariants, nothing left with the driver, no kernel pending. */
+ * invariants, nothing left with the driver, no kernel or copy pending. */
 int setup(void **state);
 int teardown(void **state);
 

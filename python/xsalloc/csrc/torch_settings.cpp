@@ -52,7 +52,11 @@ bool sync_torch_settings() {
 
 pybind11::tuple torch_settings() {
   size_t split = ACC::AcceleratorAllocatorConfig::max_split_size();
-  return pybind11::make_tuple(c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::expandable_segments(),
+  // Not CUDAAllocatorConfig::expandable_segments(): that inline reads the
+  // setting only where PYTORCH_C10_DRIVER_API_SUPPORTED is defined, as in
+  // torch's own build (ProcessGroupNCCL's reading), never in an extension's,
+  // where it says False whatever the setting (seen on the H200).
+  return pybind11::make_tuple(ACC::AcceleratorAllocatorConfig::use_expandable_segments(),
                               split == std::numeric_limits<size_t>::max() ? int64_t(-1) : int64_t(split),
                               ACC::AcceleratorAllocatorConfig::garbage_collection_threshold(),
                               ACC::getAllocatorSettings());

@@ -3,7 +3,8 @@
  *
  * Design: a standalone program for a machine with a GPU (run_probe.sh
  * builds it with gcc, no Bazel). It goes through xsa_driver_cuda(), so it
- * also smoke-tests every entry point of vmm/driver_cuda.c, then records the
+ * also smoke-tests the entry points of vmm/driver_cuda.c (those of the
+ * backup path: host_copy_probe.c), then records the
  * error code of each misuse that the simulated driver must reproduce, one
  * line each: `probe <case>: <code> <NAME: description>`. Every case works in
  * its own 64 MiB reservation and cleans up after itself (the cleanup codes

@@ -135,7 +135,7 @@ def settings(r, plain):
         "64 MiB in a classic segment": p.get("segment_is_expandable") is False,
         "torch's settings: expandable False, max split 64 MiB": bool(ts) and ts[0] is False and ts[1] == 64 * MiB,
         "torch takes the string alone": plain.probe.get("torch_takes") is True,
-        "xsalloc refuses it": p.get("runtime_bad", "").startswith("XsallocError"),
+        "xsalloc refuses it": p.get("runtime_bad", "").startswith(("XsallocError", "XsallocConfigError")),
         "torch's settings unchanged": after == ts,
         "xsalloc's unchanged": p.get("xsalloc_settings_after") == p.get("xsalloc_settings"),
     }
