@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/gpu/run_decay.sh bursty    [bursty.py options]      # ~3 min
 #   bash benchmarks/gpu/run_decay.sh two_procs [two_procs.py options]   # ~3 min
-#   bash benchmarks/gpu/run_decay.sh walltime  [walltime.py options]    # --budget-s (540 s) + one child
+#   bash benchmarks/gpu/run_decay.sh walltime  [walltime.py options]    # 390 s of runs + one child (180 s at most)
 #
 # Builds libxsalloc.so with setup.py (tests/gpu/build_lib.sh), then runs
 # benchmarks/gpu/<script>.py. OUT=DIR keeps bursty's SVG and JSON and
