@@ -105,6 +105,22 @@ def table(runs):
             ("pinned copy_ GiB/s", lambda r: fmt(r.get("pinned_copy_gib_s"), ".1f"))]
     for name, cell in rows:
         print(f"{name:24}" + "".join(f"{cell(r):>{w + 2}}" for r in runs.values()))
+    steps(runs)
+
+
+def steps(runs, first=2):
+    """xsalloc's own account of each kv_cache pause and resume (xsalloc.elastic.last_report): the
+    median of cycles 2+ of each step, in ms, beside the time the program measured."""
+    for label, r in runs.items():
+        for what in ("pause", "resume"):
+            reps = [t["steps"][f"{what}_kv_cache"] for t in r["times"]
+                    if t["cycle"] >= first and f"{what}_kv_cache" in t.get("steps", {})]
+            if not reps:
+                continue
+            ms = {k: statistics.median(x[k] for x in reps) * 1e3 for k in ("wait_s", "copy_s", "map_s")}
+            print(f"INFO [{label}] {what} kv_cache steps (ms, median): wait {ms['wait_s']:.2f}, copy "
+                  f"{ms['copy_s']:.2f}, unmap or map {ms['map_s']:.2f}; {reps[0]['pages']} pages in "
+                  f"{reps[0]['pools']} pools; measured {1e3 * median_time(r, what + '_kv_s', first):.2f}")
 
 
 def checks(runs):

@@ -60,8 +60,15 @@ def cuda_include_dirs(torch, env=os.environ, default=DEFAULT_TOOLKIT, header="cu
         found = sorted(glob.glob(os.path.join(site, "nvidia", "*", "include"))
                        + glob.glob(os.path.join(site, "nvidia", "*", "*", "include")))
         if any(os.path.exists(os.path.join(d, header)) for d in found):
-            return found
+            has_config = any(os.path.exists(os.path.join(d, "crt", "host_config.h")) for d in found)
+            return found + ([] if has_config else [HOST_ONLY])
     return []
+
+
+# cuda_runtime.h includes crt/host_config.h, which the nvidia pip packages
+# leave out (nvcc's package has it); for a host compile it holds nothing:
+# csrc/host_only/crt/host_config.h says why.
+HOST_ONLY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "host_only")
 
 
 def cudart(torch, env=os.environ, default=DEFAULT_TOOLKIT):

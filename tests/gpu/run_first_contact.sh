@@ -17,7 +17,7 @@
 #   oom_adapter / oom_pluggable   400 GiB through the adapter / the pluggable path asked for: torch.OutOfMemoryError
 #   no_adapter     no adapter to load and none can be built: the job stops before the script, saying why and what to do
 #   observer       an out-of-memory observer reading memory_stats: no hang
-#   spawn          torch.multiprocessing.spawn, 2 processes on GPU 0: both children on the adapter
+#   spawn          torch.multiprocessing.spawn DDP, one GPU a rank (2 GPUs) or both on GPU 0: both children on the adapter
 #   torchrun8      torchrun --nproc_per_node 8 on a cold cache: every rank on the adapter, no build at first use
 #   torchrun8_jit  the same without pip's adapter: one build at first use, the 7 other ranks say they wait
 #   killed         a builder killed mid-build, then a start on its cache: it builds (and removes torch's stale lock)
@@ -77,7 +77,8 @@ installed=
 if [ -n "$headers" ]; then
     [ -e /usr/local/cuda ] && mv /usr/local/cuda /usr/local/.cuda-hidden
     if pip_install pip_no_toolkit; then installed=1; say PASS pip_no_toolkit "pip install with no CUDA toolkit: $(( $(date +%s) - t0 )) s"
-    else say FAIL pip_no_toolkit "$(grep -vE '^ *[^ ]*(gcc|g\+\+|c\+\+|ld) ' "$work/pip_no_toolkit.log" | grep -E 'rror:|fatal|not found|No such|Traceback|OSError|RuntimeError' | grep -v 'subprocess-exited' | head -8 | tr '\n' ' ' | cut -c1-1500)"; fi
+    else say FAIL pip_no_toolkit "$(grep -vE '^ *[^ ]*(gcc|g\+\+|c\+\+|ld) ' "$work/pip_no_toolkit.log" | grep -E 'rror:|fatal|not found|No such|Traceback|OSError|RuntimeError' | grep -v 'subprocess-exited' | head -8 | tr '\n' ' ' | cut -c1-1500)"
+          [ -n "${OUT:-}" ] && cp "$work/pip_no_toolkit.log" "$OUT/" && echo "   the whole log: \$OUT/pip_no_toolkit.log"; fi
     restore_cuda
 else
     say SKIP pip_no_toolkit "this torch's environment has no CUDA headers of its own (no nvidia/*/include/cuda_runtime_api.h)"

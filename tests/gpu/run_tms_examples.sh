@@ -10,6 +10,8 @@
 #                  copies ../shared/peers/torch_memory_saver there and carries it)
 #     CONFS="A B"  XSALLOC_CONF values, one pass each (default: expandable segments on,
 #                  then the same with page recycling off)
+#     ONLY=TEXT    only the examples whose module.function holds TEXT (e.g. multi_device on a
+#                  2-GPU machine), and no memory_saver_check.py
 #
 # Builds xsalloc with pip into a venv over torch's Python (as
 # run_pip_check.sh), builds the torch adapter once, and makes a shim package
@@ -85,6 +87,7 @@ pass=0; fail=0; skip=0
 run() {
     local label=$1 conf=$2 module=$3 function=$4 mode=$5; shift 5
     local name="$module.$function($mode)${*:+ $*} [$label]" out="$work/log.$((pass + fail + skip))"
+    [[ -z ${ONLY:-} || "$module.$function" == *"$ONLY"* ]] || return 0
     if [[ $module == multi_device* || $function == *multi_device* ]] && [ "$gpus" -lt 2 ]; then
         echo "SKIP $name: needs 2 GPUs, this machine has $gpus"; skip=$((skip + 1)); return
     fi
@@ -118,6 +121,7 @@ for conf in $CONFS; do
         run "$label extra" "$conf" cpu_backup run_multi_device_mmap_restore torch
     fi
     t0=$SECONDS
+    if [ -n "${ONLY:-}" ]; then first=0; continue; fi
     if XSALLOC_CONF=$conf timeout 300 "$venv/bin/python" -m xsalloc.run "$ROOT/tests/gpu/checks/memory_saver_check.py" > "$work/check.log" 2>&1; then
         pass=$((pass + 1)); status=PASS
     else

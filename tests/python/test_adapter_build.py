@@ -129,8 +129,13 @@ class CudaHeadersTest(unittest.TestCase):
                         "nvidia/cublas/include/cublas.h"):
                 os.makedirs(os.path.dirname(os.path.join(site, rel)), exist_ok=True)
                 open(os.path.join(site, rel), "w").close()
-            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none),  # every package's, sorted
-                             [os.path.join(site, "nvidia", p, "include") for p in ("cu13", "cublas")])
+            # every package's, sorted, then the host-only crt/host_config.h cuda_runtime.h needs
+            packages = [os.path.join(site, "nvidia", p, "include") for p in ("cu13", "cublas")]
+            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none), packages + [_adapter_build.HOST_ONLY])
+            self.assertTrue(os.path.exists(os.path.join(_adapter_build.HOST_ONLY, "crt", "host_config.h")))
+            os.makedirs(os.path.join(site, "nvidia/cu13/include/crt"))
+            open(os.path.join(site, "nvidia/cu13/include/crt/host_config.h"), "w").close()
+            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none), packages)  # a real one: none of ours
             self.assertIsNone(_adapter_build.why_not(torch, {}, none))
             self.assertEqual(_adapter_build.cudart(torch, {}, none), os.path.join(site, "nvidia/cu13/lib/libcudart.so.13"))
             self.assertIn(os.path.join(site, "nvidia/cu13/lib/libcudart.so.13"),

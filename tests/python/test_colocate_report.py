@@ -43,6 +43,10 @@ def result(label, saver, graph_paused=0.0, kv_left=0.0, graph_left=0.0):
                       "backup_bytes": int(1.5 * GiB), "pause_kv_s": 0.004, "resume_kv_s": 0.02,
                       "pause_graph_s": 0.001 if saver == "xsalloc" else None,
                       "resume_graph_s": 0.002 if saver == "xsalloc" else None})
+        if saver == "xsalloc":
+            report = {"wait_s": 0.001, "copy_s": 0.0, "map_s": 0.0025 + c / 1e4, "copied_bytes": 0, "pages": 1600,
+                      "pools": 1}
+            times[-1]["steps"] = {"pause_kv_cache": report, "resume_kv_cache": dict(report, wait_s=0.0)}
     return {"label": label, "saver": saver, "device": "NVIDIA H100", "conf": "", "context_mib": 520.0,
             "losses": ["0x1.2p+3", "0x1.1p+3"], "tokens_sha256": "ab" * 32, "pinned_copy_gib_s": 24.0,
             "phases": phases, "times": times}
@@ -75,6 +79,11 @@ class ColocateReportTest(unittest.TestCase):
         self.assertEqual(len(passed), 8, text)
         self.assertIn("graph memory paused", text)
         self.assertIn("backup GiB/s", text)
+        # xsalloc's own steps, the median of cycles 2 and 3 (the map step 2.7 and 2.8 ms)
+        self.assertIn("INFO [xsalloc] pause kv_cache steps (ms, median): wait 1.00, copy 0.00, unmap or map 2.75; "
+                      "1600 pages in 1 pools; measured 4.00", text)
+        self.assertIn("INFO [xsalloc] resume kv_cache steps (ms, median): wait 0.00", text)
+        self.assertNotIn("INFO [tms] pause kv_cache steps", text)
 
     def planted(self, edit, expect):
         runs = copy.deepcopy(passing())

@@ -422,19 +422,24 @@ class Adapter final : public CCA::CUDAAllocator {
   }
 
   [[noreturn]] void out_of_memory(c10::DeviceIndex device, const std::string& why) {
-    size_t free = 0, total = 0;
-    {
-      c10::cuda::CUDAGuard guard(device);
-      if (cudaMemGetInfo(&free, &total) != cudaSuccess) (void)cudaGetLastError();
-    }
-    xsa_device_stats s;
-    size_t allocated = xsa_get_stats(device, &s) == XSA_SUCCESS ? (size_t)s.allocated_bytes[XSA_STAT_ALL].current : 0;
     std::vector<CCA::OutOfMemoryObserver> observers;
     {
       std::lock_guard<std::mutex> g(mu_);
       observers = oom_observers_;
     }
-    for (auto& o : observers) o(device, allocated, total, free);
+    // Only observers need the figures: without them no xsalloc call follows
+    // the failed malloc, so xsa_last_error() still holds its report (a
+    // successful call clears it). Observers may call anything.
+    if (!observers.empty()) {
+      size_t free = 0, total = 0;
+      {
+        c10::cuda::CUDAGuard guard(device);
+        if (cudaMemGetInfo(&free, &total) != cudaSuccess) (void)cudaGetLastError();
+      }
+      xsa_device_stats s;
+      size_t allocated = xsa_get_stats(device, &s) == XSA_SUCCESS ? (size_t)s.allocated_bytes[XSA_STAT_ALL].current : 0;
+      for (auto& o : observers) o(device, allocated, total, free);
+    }
     // xsalloc's report is PyTorch's message, then xsalloc's detail (pool.c):
     // thrown as it is, so torch's text and xsa_last_error() are the same.
     throw c10::OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, why);

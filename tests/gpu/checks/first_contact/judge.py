@@ -83,8 +83,11 @@ def observer(r, plain):
 
 
 def spawn(r):
-    ok = r.rc == 0 and len(r.probes) == 2 and all(p.get("adapter_in_use") for p in r.probes)
-    return ok, f"rc {r.rc}; children {[(p.get('rank'), p.get('adapter_in_use')) for p in r.probes]}"
+    """DDP children on the adapter, with the same weights after their steps (DDP's all-reduce)."""
+    ok = (r.rc == 0 and len(r.probes) == 2 and all(p.get("adapter_in_use") for p in r.probes)
+          and len({p.get("weight_sum") for p in r.probes}) == 1)
+    kids = [(p.get("rank"), f"cuda:{p.get('device')}", p.get("backend"), p.get("adapter_in_use")) for p in r.probes]
+    return ok, f"rc {r.rc}; children (rank, device, backend, adapter) {kids}; weights {[p.get('weight_sum') for p in r.probes]}"
 
 
 def torchrun(ranks, jit):
