@@ -174,6 +174,6 @@ library = Extension(
 
 torch = importable_torch()
 setup(package_dir={"": "python"}, packages=["xsalloc"],
-      package_data={"xsalloc": ["csrc/*.cpp", "csrc/*.h", "csrc/host_only/crt/*.h", "_child/*.py"]},
+      package_data={"xsalloc": ["csrc/*.cpp", "csrc/*.h", "_child/*.py"]},
       ext_modules=[library] + (torch_extensions(torch) if torch else []),
       cmdclass={"build_ext": BuildLibrary, "build_py": BuildPackage})

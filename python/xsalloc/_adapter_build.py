@@ -6,7 +6,8 @@ Design: C++ only. No nvcc, no CUDA context, no TORCH_CUDA_ARCH_LIST: every
 source is .cpp, compiled against torch's headers and the CUDA runtime's
 headers, which come from the CUDA toolkit ($CUDA_HOME, $CUDA_PATH,
 /usr/local/cuda) or, for a torch installed by pip without one, from the
-nvidia packages torch depends on (site-packages/nvidia/*/include). The
+nvidia packages torch depends on (site-packages/nvidia/*/include, with
+triton's bundled crt/ headers where CUDA 13's packages leave them out). The
 adapter links torch's libraries, the CUDA runtime torch loads (found the same
 way; its soname is what the loader matches, so torch's copy serves) and this
 package's libxsalloc.so, found beside it at run time ($ORIGIN). This module
@@ -60,15 +61,25 @@ def cuda_include_dirs(torch, env=os.environ, default=DEFAULT_TOOLKIT, header="cu
         found = sorted(glob.glob(os.path.join(site, "nvidia", "*", "include"))
                        + glob.glob(os.path.join(site, "nvidia", "*", "*", "include")))
         if any(os.path.exists(os.path.join(d, header)) for d in found):
-            has_config = any(os.path.exists(os.path.join(d, "crt", "host_config.h")) for d in found)
-            return found + ([] if has_config else [HOST_ONLY])
+            return found + ([] if _has_crt(found) else _crt_elsewhere(torch))
     return []
 
 
-# cuda_runtime.h includes crt/host_config.h, which the nvidia pip packages
-# leave out (nvcc's package has it); for a host compile it holds nothing:
-# csrc/host_only/crt/host_config.h says why.
-HOST_ONLY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "host_only")
+# CUDA 13 moved the crt/ headers (crt/host_defines.h, crt/host_config.h),
+# which cuda_runtime_api.h and cuda_runtime.h include, out of the runtime's
+# pip package into nvidia-cuda-crt, which torch does not depend on. Triton,
+# which torch does depend on, bundles them for its own compiles: its copy
+# is taken, last on the include path, where no nvidia package has them.
+def _has_crt(dirs):
+    return any(os.path.exists(os.path.join(d, "crt", "host_defines.h")) for d in dirs)
+
+
+def _crt_elsewhere(torch):
+    for site in _site_dirs(torch):
+        bundled = os.path.join(site, "triton", "backends", "nvidia", "include")
+        if _has_crt([bundled]):
+            return [bundled]
+    return []
 
 
 def cudart(torch, env=os.environ, default=DEFAULT_TOOLKIT):
@@ -95,9 +106,15 @@ def why_not(torch, env=os.environ, default=DEFAULT_TOOLKIT):
     or no CUDA runtime headers anywhere."""
     if getattr(getattr(torch, "version", None), "cuda", None) is None:
         return f"torch {getattr(torch, '__version__', '?')} is built without CUDA"
-    if not cuda_include_dirs(torch, env, default):
+    dirs = cuda_include_dirs(torch, env, default)
+    if not dirs:
         return ("no CUDA runtime headers (cuda_runtime_api.h) in $CUDA_HOME, $CUDA_PATH, /usr/local/cuda "
                 "or the nvidia pip packages beside torch")
+    if not _has_crt(dirs):
+        return (f"the CUDA runtime headers in {', '.join(dirs)} lack crt/host_defines.h, which "
+                "cuda_runtime_api.h includes (CUDA 13 moved crt/ to a package of its own: nvidia-cuda-crt "
+                "from pip, cuda-crt in a toolkit; no triton beside torch bundles a copy): install it, or point "
+                "CUDA_HOME at a whole CUDA toolkit")
     return None
 
 

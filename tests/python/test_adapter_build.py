@@ -129,13 +129,17 @@ class CudaHeadersTest(unittest.TestCase):
                         "nvidia/cublas/include/cublas.h"):
                 os.makedirs(os.path.dirname(os.path.join(site, rel)), exist_ok=True)
                 open(os.path.join(site, rel), "w").close()
-            # every package's, sorted, then the host-only crt/host_config.h cuda_runtime.h needs
-            packages = [os.path.join(site, "nvidia", p, "include") for p in ("cu13", "cublas")]
-            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none), packages + [_adapter_build.HOST_ONLY])
-            self.assertTrue(os.path.exists(os.path.join(_adapter_build.HOST_ONLY, "crt", "host_config.h")))
+            packages = [os.path.join(site, "nvidia", p, "include") for p in ("cu13", "cublas")]  # every one, sorted
+            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none), packages)
+            # CUDA 13's runtime package has no crt/ (cuda_runtime_api.h includes crt/host_defines.h)
+            self.assertIn("lack crt/host_defines.h", _adapter_build.why_not(torch, {}, none))
+            triton = os.path.join(site, "triton/backends/nvidia/include")
+            os.makedirs(os.path.join(triton, "crt"))
+            open(os.path.join(triton, "crt/host_defines.h"), "w").close()
+            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none), packages + [triton])  # triton's copy, last
             os.makedirs(os.path.join(site, "nvidia/cu13/include/crt"))
-            open(os.path.join(site, "nvidia/cu13/include/crt/host_config.h"), "w").close()
-            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none), packages)  # a real one: none of ours
+            open(os.path.join(site, "nvidia/cu13/include/crt/host_defines.h"), "w").close()
+            self.assertEqual(_adapter_build.cuda_include_dirs(torch, {}, none), packages)  # nvidia's own: no triton
             self.assertIsNone(_adapter_build.why_not(torch, {}, none))
             self.assertEqual(_adapter_build.cudart(torch, {}, none), os.path.join(site, "nvidia/cu13/lib/libcudart.so.13"))
             self.assertIn(os.path.join(site, "nvidia/cu13/lib/libcudart.so.13"),
