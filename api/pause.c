@@ -10,8 +10,10 @@
  * have both halves set), created and tagged on first use. Pause and resume
  * go over the devices in order, each under its lock; the first device that
  * fails stops the call (the devices before it stay done: the message says
- * which). Backup retention is one process-wide switch, as in
- * torch_memory_saver, read at resume.
+ * which). The driver makes each device's context current for its calls:
+ * the caller's own comes back at the end (api/torch_call.h), so the
+ * current device of torch or CuPy stays. Backup retention is one
+ * process-wide switch, as in torch_memory_saver, read at resume.
  */
 #include "api/pause.h"
 
@@ -24,6 +26,7 @@
 
 #include "api/devices.h"
 #include "api/errors.h"
+#include "api/torch_call.h"
 #include "pool/pause.h"
 #include "pool/pool.h"
 
@@ -168,14 +171,14 @@ xsa_status xsa_pause(const char *tag, unsigned flags) {
     if ((flags & XSA_PAUSE_BACKUP) && (flags & XSA_PAUSE_DISCARD))
         return xsa_fail(XSA_ERROR_INVALID_VALUE, "xsa_pause: XSA_PAUSE_BACKUP and XSA_PAUSE_DISCARD together");
     if (!existing_tag(tag, &number)) return xsa_ok();
-    return each_device("xsa_pause", tag, number, flags, pause_on);
+    return XSA_KEEPING_CONTEXT(each_device("xsa_pause", tag, number, flags, pause_on));
 }
 
 xsa_status xsa_resume(const char *tag) {
     uint32_t number;
     if (tag && check_name("xsa_resume", tag) != XSA_SUCCESS) return XSA_ERROR_INVALID_VALUE;
     if (!existing_tag(tag, &number)) return xsa_ok();
-    return each_device("xsa_resume", tag, number, (unsigned)atomic_load(&retain_backups), resume_on);
+    return XSA_KEEPING_CONTEXT(each_device("xsa_resume", tag, number, (unsigned)atomic_load(&retain_backups), resume_on));
 }
 
 xsa_status xsa_paused_bytes(int device, const char *tag, size_t *bytes) {

@@ -291,13 +291,18 @@ static CUresult any_context(void) {
     return use_primary(0);
 }
 
-/* A thread without a context gets the stream's (a copy or a destroy from
- * a helper thread); the legacy stream is the current context's. */
+/* Makes the stream's context current for a call on it: the driver refuses
+ * a copy on another context's stream (CUDA_ERROR_INVALID_VALUE on two
+ * H200s, resuming device 1's backup from a thread on device 0), and a
+ * helper thread may have none. The legacy stream is the current
+ * context's. Under a watch the caller's context comes back (driver.h). */
 static CUresult stream_context(xsa_stream stream) {
-    CUcontext ctx = NULL;
-    if (!stream || has_context()) return CUDA_SUCCESS;
+    CUcontext ctx = NULL, now = NULL;
+    if (!stream) return CUDA_SUCCESS;
     CUresult r = cu.cuStreamGetCtx((CUstream)stream, &ctx);
-    return r ? r : make_current(ctx);
+    if (r) return r;
+    if (cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now == ctx) return CUDA_SUCCESS;
+    return make_current(ctx);
 }
 
 static CUmemAllocationProp pinned_prop(int ordinal, int exportable) {

@@ -171,19 +171,25 @@ static char copy_host[256];
 static xsa_cu_result dtoh_on_thread(void) { return d->memcpy_dtoh_async(copy_host, 0x7000, 200, copy_stream); }
 static xsa_cu_result destroy_on_thread(void) { return d->stream_destroy(copy_stream); }
 
-/* The legacy-stream _v2 ABI with the arguments as given; a thread without
- * a context runs the copy in the stream's. */
+/* The legacy-stream _v2 ABI with the arguments as given; every copy runs
+ * in its stream's context (the driver refuses another's), and the caller's
+ * own context comes back after a watched call. */
 static void test_copies(void **state) {
     (void)state;
     assert_int_equal(XSA_CU_SUCCESS, d->stream_create(&copy_stream, 1));
     assert_int_equal(XSA_CU_SUCCESS, d->stream_create(&(xsa_stream){NULL}, 0)); /* this thread: device 0's context */
+    xsa_cuda_ctx_watch();
     assert_int_equal(XSA_CU_SUCCESS, d->memcpy_htod_async(0x9000, copy_host, 100, copy_stream));
     expect_last("cuMemcpyHtoDAsync_v2");
     assert_int_equal(0x9000, fake->last.dptr);
     assert_ptr_equal(copy_host, fake->last.host);
     assert_int_equal(100, fake->last.bytes);
     assert_ptr_equal(copy_stream, fake->last.stream);
-    assert_ptr_equal(FAKE_CTX(0), fake->last.ctx); /* a copy may go to another context's stream */
+    assert_ptr_equal(FAKE_CTX(1), fake->last.ctx); /* device 1's stream: device 1's context */
+    xsa_cuda_ctx_restore();
+    void *pinned = NULL; /* cuMemHostAlloc runs in the thread's context: the caller's again */
+    assert_int_equal(XSA_CU_SUCCESS, d->mem_host_alloc(&pinned, 64));
+    assert_ptr_equal(FAKE_CTX(0), fake->last.ctx);
     assert_int_equal(XSA_CU_SUCCESS, run_on_fresh_thread(dtoh_on_thread));
     expect_last("cuMemcpyDtoHAsync_v2");
     assert_int_equal(0x7000, fake->last.dptr);

@@ -103,13 +103,21 @@ static CUresult fake_host_register_v2(void *p, size_t n, unsigned flags) {
 }
 static CUresult fake_host_unregister(void *p) { return record("cuMemHostUnregister", 0, p, 0, 0, NULL); }
 
+/* A copy on a stream of another context than the thread's is refused, as
+ * the driver refuses it (CUDA_ERROR_INVALID_VALUE, seen on 2 H200s: a
+ * resume of two devices' backups from device 0's thread). */
+static CUresult copy_record(const char *fn, void *host, uint64_t dptr, size_t bytes, CUstream s) {
+    if (s && (CUcontext)((char *)s - 1) != current) return CUDA_ERROR_INVALID_VALUE;
+    return record(fn, 0, host, dptr, bytes, s);
+}
+
 /* v1 took 32-bit device pointers (unsigned int). */
-static CUresult fake_dtoh_v1(void *h, unsigned d, unsigned n, CUstream s) { return record("cuMemcpyDtoHAsync(v1)", 0, h, d, n, s); }
-static CUresult fake_dtoh_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { return record("cuMemcpyDtoHAsync_v2", 0, h, d, n, s); }
-static CUresult fake_dtoh_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s) { return record("cuMemcpyDtoHAsync_v2_ptsz", 0, h, d, n, s); }
-static CUresult fake_htod_v1(unsigned d, const void *h, unsigned n, CUstream s) { return record("cuMemcpyHtoDAsync(v1)", 0, (void *)h, d, n, s); }
-static CUresult fake_htod_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { return record("cuMemcpyHtoDAsync_v2", 0, (void *)h, d, n, s); }
-static CUresult fake_htod_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream s) { return record("cuMemcpyHtoDAsync_v2_ptsz", 0, (void *)h, d, n, s); }
+static CUresult fake_dtoh_v1(void *h, unsigned d, unsigned n, CUstream s) { return copy_record("cuMemcpyDtoHAsync(v1)", h, d, n, s); }
+static CUresult fake_dtoh_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { return copy_record("cuMemcpyDtoHAsync_v2", h, d, n, s); }
+static CUresult fake_dtoh_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s) { return copy_record("cuMemcpyDtoHAsync_v2_ptsz", h, d, n, s); }
+static CUresult fake_htod_v1(unsigned d, const void *h, unsigned n, CUstream s) { return copy_record("cuMemcpyHtoDAsync(v1)", (void *)h, d, n, s); }
+static CUresult fake_htod_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { return copy_record("cuMemcpyHtoDAsync_v2", (void *)h, d, n, s); }
+static CUresult fake_htod_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream s) { return copy_record("cuMemcpyHtoDAsync_v2_ptsz", (void *)h, d, n, s); }
 
 /* ---- cuGetProcAddress ------------------------------------------------------- */
 
