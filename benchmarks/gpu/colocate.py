@@ -33,7 +33,9 @@ Measured per phase: the process's device memory from cuMemGetInfo
 reading after a warm-up pass of both models has loaded every kernel and
 freed everything, less what the allocator still reserves then); the live
 memory that is not paused; pause and resume seconds per tag (after a
-synchronize, until pause or resume returned and a synchronize); the
+synchronize, until pause or resume returned and a synchronize; the
+kv_cache's also over --kv-repeats extra resume and pause pairs a cycle,
+for enough samples of a few-millisecond call); the
 trainer's backup rate (its live bytes / pause seconds; for xsalloc also the
 copy step's own rate, xsalloc.elastic.last_report) beside a plain
 pinned copy_ of the same tensors timed in the same run; the losses (as
@@ -62,6 +64,9 @@ def parse(argv):
     p.add_argument("--cycles", type=int, default=5)
     p.add_argument("--train-steps", type=int, default=6)
     p.add_argument("--decode-steps", type=int, default=48)
+    p.add_argument("--kv-repeats", type=int, default=4,
+                   help="extra resume and pause pairs of the kv_cache after each generator pause, timed too "
+                        "(samples for the comparison of pause and resume without backup)")
     p.add_argument("--label", default=None, help="the variant's name in the table (default: --saver)")
     p.add_argument("--out", default=None, help="also write the RESULT json to this file")
     return p.parse_args(argv)
@@ -306,6 +311,9 @@ def main(argv=None):
 
     def pause_generator(cycle):
         times = {"pause_kv_s": saver.timed("pause", "kv_cache"), "pause_graph_s": saver.timed("pause", "graph")}
+        if saver.can_pause("kv_cache"):
+            more = [(saver.timed("resume", "kv_cache"), saver.timed("pause", "kv_cache")) for _ in range(args.kv_repeats)]
+            times.update(resume_kv_more_s=[r for r, _ in more], pause_kv_more_s=[p for _, p in more])
         if saver.can_pause("kv_cache"):
             paused_live["kv_cache"] = gen.kv_bytes
         torch.cuda.empty_cache()

@@ -49,7 +49,10 @@ def phase(rec, name, key="device_mib"):
 
 
 def median_time(rec, key, first=2):
-    vals = [t[key] for t in rec["times"] if t["cycle"] >= first and t.get(key) is not None]
+    """The median of `key` over cycles `first`+, with the cycles' repeats of it (KEY_more_s: the
+    kv_cache's extra resume and pause pairs, --kv-repeats) among the samples."""
+    vals = [v for t in rec["times"] if t["cycle"] >= first and t.get(key) is not None
+            for v in [t[key]] + t.get(key[:-2] + "_more_s", [])]
     return statistics.median(vals) if vals else None
 
 

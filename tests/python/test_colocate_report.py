@@ -98,6 +98,20 @@ class ColocateReportTest(unittest.TestCase):
             runs["xsalloc"]["phases"][2]["device_mib"] += 65  # cycle 1, trainer paused
         self.planted(edit, "device memory while paused")
 
+    def test_repeats_are_samples_of_the_comparison(self):
+        def edit(runs):  # one slow pause a cycle, but the cycles' four repeats are fast: the median passes
+            for t in runs["xsalloc"]["times"]:
+                t.update(pause_kv_s=0.009, pause_kv_more_s=[0.004] * 4, resume_kv_more_s=[0.02] * 4)
+        runs = copy.deepcopy(passing())
+        edit(runs)
+        status, _, failed, text = self.report(runs)
+        self.assertEqual((status, failed), (0, []), text)
+        for t in runs["xsalloc"]["times"]:
+            t["pause_kv_more_s"] = [0.009] * 4  # now most samples are slow
+        status, _, failed, text = self.report(runs)
+        self.assertEqual(len(failed), 1, text)
+        self.assertIn("pause kv (no backup) 0.0090 s", failed[0])
+
     def test_losses_and_tokens_differ(self):
         self.planted(lambda runs: runs["xsalloc"]["losses"].__setitem__(1, "0x1.1000000000001p+3"), "losses")
         self.planted(lambda runs: runs["xsalloc"].__setitem__("tokens_sha256", "cd" * 32), "tokens")
