@@ -33,12 +33,6 @@ static void probe(const char *label, xsa_cu_result r) {
     printf("probe %s: %d %s\n", label, r, d->error_string(r));
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -304,9 +298,9 @@ static void no_context_thread(void) {
 
 #define TIMED(slot, call)                                                      \
     do {                                                                       \
-        uint64_t t0_ = now_ns();                                               \
+        uint64_t t0_ = xsa_driver_now_ns();                                               \
         xsa_cu_result r_ = (call);                                             \
-        (slot) = now_ns() - t0_;                                               \
+        (slot) = xsa_driver_now_ns() - t0_;                                               \
         if (r_) probe("timing." #call, r_);                                    \
     } while (0)
 
@@ -346,18 +340,18 @@ static void timings(void) {
 
     for (int i = 0; i < SAMPLES; i++) {
         xsa_event e = NULL;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = xsa_driver_now_ns();
         d->event_create(&e, 0);
         d->event_destroy(e);
-        t_ev_cd[i] = now_ns() - t0;
+        t_ev_cd[i] = xsa_driver_now_ns() - t0;
     }
     xsa_event e = NULL;
     d->event_create(&e, 0);
     for (int i = 0; i < SAMPLES; i++) {
         TIMED(t_rec[i], d->event_record(e, NULL));
-        uint64_t t0 = now_ns();
+        uint64_t t0 = xsa_driver_now_ns();
         d->event_query(e);
-        t_query[i] = now_ns() - t0;
+        t_query[i] = xsa_driver_now_ns() - t0;
     }
     d->event_destroy(e);
     report_median("event create+destroy (with ctx set)", t_ev_cd, SAMPLES);
@@ -370,19 +364,19 @@ static void timings(void) {
     xsa_devptr grow = 0;
     d->mem_address_reserve(&grow, CHUNKS * 2 * MiB, 0);
     for (int once = 0; once < 2; once++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = xsa_driver_now_ns();
         for (int i = 0; i < CHUNKS; i++) {
             d->mem_create(&hs[i], 2 * MiB, 0, 0);
             d->mem_map(grow + i * 2 * MiB, 2 * MiB, 0, hs[i]);
             if (!once) d->mem_set_access(grow + i * 2 * MiB, 2 * MiB, dev0, 1);
         }
         if (once) probe("grow.set_access_1GiB_once", d->mem_set_access(grow, CHUNKS * 2 * MiB, dev0, 1));
-        uint64_t t1 = now_ns();
+        uint64_t t1 = xsa_driver_now_ns();
         for (int i = 0; i < CHUNKS; i++) {
             d->mem_unmap(grow + i * 2 * MiB, 2 * MiB);
             d->mem_release(hs[i]);
         }
-        uint64_t t2 = now_ns();
+        uint64_t t2 = xsa_driver_now_ns();
         printf("time grow 1GiB in 2MiB chunks, %s: %.2f ms; unmap+release all: %.2f ms\n",
                once ? "one set_access" : "set_access per chunk", (t1 - t0) / 1e6, (t2 - t1) / 1e6);
     }
@@ -401,9 +395,9 @@ static void risky_cases(void) {
 int main(void) {
     char err[512] = "";
     setvbuf(stdout, NULL, _IOLBF, 0);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = xsa_driver_now_ns();
     d = xsa_driver_cuda(err, sizeof err);
-    printf("time xsa_driver_cuda first call: %.2f ms\n", (now_ns() - t0) / 1e6);
+    printf("time xsa_driver_cuda first call: %.2f ms\n", (xsa_driver_now_ns() - t0) / 1e6);
     if (!d) {
         printf("probe setup: no driver: %s\n", err);
         return 1;

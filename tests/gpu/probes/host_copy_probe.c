@@ -44,12 +44,6 @@
 static xsa_driver *cu;
 static int failures;
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -97,11 +91,11 @@ static void device_free(device_mem *m) {
 static void bandwidth(const char *name, bool to_host, void *host, xsa_devptr dev, xsa_stream s) {
     uint64_t ns[REPS];
     for (int i = -1; i < REPS; i++) { /* one warm-up */
-        uint64_t t0 = now_ns();
+        uint64_t t0 = xsa_driver_now_ns();
         xsa_cu_result r = to_host ? cu->memcpy_dtoh_async(host, dev, BYTES, s) : cu->memcpy_htod_async(dev, host, BYTES, s);
         if (r == XSA_CU_SUCCESS) r = cu->stream_synchronize(s);
         if (!ok_call(name, r)) return;
-        if (i >= 0) ns[i] = now_ns() - t0;
+        if (i >= 0) ns[i] = xsa_driver_now_ns() - t0;
     }
     qsort(ns, REPS, sizeof *ns, cmp_u64);
     double gib = (double)BYTES / (1u << 30);
@@ -146,9 +140,9 @@ static void checks(void) {
     if (!device_alloc(&m) || !ok_call("stream_create", cu->stream_create(&s, 0))) return;
     printf("check stream_create: ok\n");
     unsigned char *pin_a = NULL, *pin_b = NULL;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = xsa_driver_now_ns();
     if (!ok_call("pinned.alloc_64MiB", cu->mem_host_alloc((void **)&pin_a, BYTES))) return;
-    timed("mem_host_alloc 64MiB", now_ns() - t0);
+    timed("mem_host_alloc 64MiB", xsa_driver_now_ns() - t0);
     if (!ok_call("pinned.alloc_64MiB", cu->mem_host_alloc((void **)&pin_b, BYTES))) return;
     printf("check pinned.alloc_64MiB: ok page-aligned %s\n", (uintptr_t)pin_a % 4096 ? "no" : "yes");
     unsigned char *reg_a = mmap(NULL, BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -160,9 +154,9 @@ static void checks(void) {
     }
     memset(reg_a, 1, BYTES); /* touched: registering pins present pages */
     memset(reg_b, 1, BYTES);
-    t0 = now_ns();
+    t0 = xsa_driver_now_ns();
     if (!ok_call("registered.register_64MiB", cu->mem_host_register(reg_a, BYTES))) return;
-    timed("mem_host_register 64MiB (touched)", now_ns() - t0);
+    timed("mem_host_register 64MiB (touched)", xsa_driver_now_ns() - t0);
     if (!ok_call("registered.register_64MiB", cu->mem_host_register(reg_b, BYTES))) return;
     printf("check registered.register_64MiB: ok\n");
 
@@ -198,9 +192,9 @@ static void checks(void) {
     /* One copy's submission, as the CPU pays it (4 KiB, pinned). */
     uint64_t sub[31];
     for (int i = 0; i < 31; i++) {
-        uint64_t t1 = now_ns();
+        uint64_t t1 = xsa_driver_now_ns();
         cu->memcpy_dtoh_async(pin_b, m.va, 4096, s);
-        sub[i] = now_ns() - t1;
+        sub[i] = xsa_driver_now_ns() - t1;
     }
     cu->stream_synchronize(s);
     qsort(sub, 31, sizeof *sub, cmp_u64);
@@ -221,13 +215,13 @@ static void checks(void) {
         failures += !same;
     }
 
-    t0 = now_ns();
-    if (ok_call("registered.unregister", cu->mem_host_unregister(reg_a))) timed("mem_host_unregister 64MiB", now_ns() - t0);
+    t0 = xsa_driver_now_ns();
+    if (ok_call("registered.unregister", cu->mem_host_unregister(reg_a))) timed("mem_host_unregister 64MiB", xsa_driver_now_ns() - t0);
     if (ok_call("registered.unregister", cu->mem_host_unregister(reg_b))) printf("check registered.unregister: ok\n");
     munmap(reg_a, BYTES);
     munmap(reg_b, BYTES);
-    t0 = now_ns();
-    if (ok_call("pinned.free", cu->mem_free_host(pin_a))) timed("mem_free_host 64MiB", now_ns() - t0);
+    t0 = xsa_driver_now_ns();
+    if (ok_call("pinned.free", cu->mem_free_host(pin_a))) timed("mem_free_host 64MiB", xsa_driver_now_ns() - t0);
     if (ok_call("pinned.free", cu->mem_free_host(pin_b))) printf("check pinned.free: ok\n");
     if (ok_call("stream_destroy", cu->stream_destroy(s))) printf("check stream_destroy: ok\n");
     device_free(&m);
