@@ -16,11 +16,15 @@
  * twice the batch and keeps every layer's output to the end (hidden states
  * for the metrics): twice the activations at its peak. One stream, no
  * record_stream. A seed gives the same trace everywhere (integer
- * arithmetic only).
+ * arithmetic only). With sync_ns, the program waits that long for the
+ * GPU after every step and after every evaluation's forward pass (the
+ * GPU-bound loop of benchmarks/gpu/bursty.py: the host queues a step in a
+ * fraction of its time, then synchronizes): a 'w' line.
  */
 #include "benchmarks/bursty.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +80,13 @@ static uint64_t next(writer *w) {
     return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* The program waits sync_ns for the GPU (a 'w' line: no event). */
+static void synchronize(writer *w, const xsa_bursty_shape *s) {
+    if (!s->sync_ns) return;
+    emit(w, "w %llu\n", (unsigned long long)(s->sync_ns / 1000));
+    w->events--;
+}
+
 /* An allocation and its free at once (a temporary). */
 static void temporary(writer *w, uint64_t bytes) { release(w, alloc(w, bytes)); }
 
@@ -99,12 +110,14 @@ static void training_step(writer *w, const xsa_bursty_shape *s, uint32_t *kept) 
         temporary(w, tensor);
     }
     for (int i = 0; i < 4; i++) temporary(w, s->params_bytes / 16); /* the optimizer's temporaries */
+    synchronize(w, s);
 }
 
 /* The evaluation: twice the batch, every layer's output kept to the end. */
 static void evaluation(writer *w, const xsa_bursty_shape *s, uint32_t *kept) {
     uint64_t tensor = 2 * (s->act_bytes / ((uint64_t)s->layers * s->tensors)) / 512 * 512;
     forward(w, s, tensor, kept);
+    synchronize(w, s);
     for (unsigned i = 0; i < s->layers * s->tensors; i++) release(w, kept[i]);
 }
 
@@ -152,6 +165,37 @@ int xsa_bursty_make(const xsa_bursty_shape *s, xsa_bursty *out, char *err, size_
     return rc;
 }
 
+int xsa_bursty_load(const char *path, uint64_t above, xsa_bursty *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (xsa_trace_load(path, &out->trace, err, errlen)) return -1;
+    const xsa_trace *t = &out->trace;
+    uint64_t *bytes = calloc(t->n_ids ? t->n_ids : 1, sizeof *bytes);
+    size_t *start = malloc((t->n_events + 1) * sizeof *start);
+    out->burst_end = malloc((t->n_events + 1) * sizeof *out->burst_end);
+    out->next_burst = malloc((t->n_events + 1) * sizeof *out->next_burst);
+    if (!bytes || !start || !out->burst_end || !out->next_burst) {
+        free(bytes), free(start);
+        xsa_bursty_free(out);
+        return fail(err, errlen, "out of host memory");
+    }
+    uint64_t live = 0;
+    bool in_burst = false;
+    for (size_t e = 0; e < t->n_events; e++) {
+        const xsa_trace_event *ev = &t->events[e];
+        if (ev->kind == XSA_TRACE_ALLOC) live += bytes[ev->id] = ev->bytes;
+        else if (ev->kind == XSA_TRACE_FREE) live -= bytes[ev->id];
+        if (!in_burst && live > above) start[out->n_bursts] = e, in_burst = true;
+        else if (in_burst && live <= above) out->burst_end[out->n_bursts++] = e + 1, in_burst = false;
+    }
+    for (size_t i = 0; i < out->n_bursts; i++) out->next_burst[i] = i + 1 < out->n_bursts ? start[i + 1] : t->n_events;
+    free(bytes);
+    free(start);
+    if (out->n_bursts) return 0;
+    snprintf(err, errlen, "bursty: %s: live memory is never above %.2f GB: no burst", path, above / 1e9);
+    xsa_bursty_free(out);
+    return -1;
+}
+
 void xsa_bursty_free(xsa_bursty *b) {
     xsa_trace_free(&b->trace);
     free(b->burst_end);
@@ -159,14 +203,18 @@ void xsa_bursty_free(xsa_bursty *b) {
     memset(b, 0, sizeof *b);
 }
 
-void xsa_bursty_settle(const xsa_bursty *b, const int64_t *allocated, const int64_t *reserved, long *settle) {
+void xsa_bursty_settle(const xsa_bursty *b, uint64_t event_ns, const int64_t *allocated, const int64_t *reserved,
+                       int64_t *settle) {
     for (size_t i = 0; i < b->n_bursts; i++) {
         size_t from = b->burst_end[i], to = b->next_burst[i];
         int64_t live = 0;
         for (size_t e = from; e <= to; e++)
             if (allocated[e] > live) live = allocated[e];
         settle[i] = -1;
-        for (size_t e = from; e <= to && settle[i] < 0; e++)
-            if ((double)reserved[e] <= 1.05 * (double)live) settle[i] = (long)(e - from);
+        int64_t waited = 0; /* from the end of event `from` (and its wait) to the end of event e's wait */
+        for (size_t e = from; e <= to && settle[i] < 0; e++) {
+            if (e > from) waited += (int64_t)(event_ns + (b->trace.wait_ns ? b->trace.wait_ns[e - 1] : 0));
+            if ((double)reserved[e] <= 1.05 * (double)live) settle[i] = waited;
+        }
     }
 }

@@ -19,6 +19,10 @@ typedef struct xsa_bursty_shape {
     uint64_t params_bytes; /* weights, gradients, optimizer state: allocated first, kept */
     uint64_t act_bytes;    /* a step's activations at its longest batch; an evaluation keeps twice that */
     uint64_t seed;
+    /* Trace time the program waits for the GPU at the end of every step
+     * and of every evaluation's forward pass (its synchronize, a 'w'
+     * line); 0: none. */
+    uint64_t sync_ns;
 } xsa_bursty_shape;
 
 /* The benchmark's shape: 40 steps of a GPT-2-sized job (24 layers, 2 GB
@@ -36,13 +40,21 @@ typedef struct xsa_bursty {
 
 /* Makes the trace; 0, or -1 with a sentence in err. */
 int xsa_bursty_make(const xsa_bursty_shape *shape, xsa_bursty *out, char *err, size_t errlen);
+/* A recorded trace as a bursty workload (benchmarks/gpu/bursty.py
+ * --record): a burst is each stretch where live memory is above `above`
+ * bytes; it ends at the event that takes live memory back to it or below.
+ * 0, or -1 with a sentence in err (no burst is an error). */
+int xsa_bursty_load(const char *path, uint64_t above, xsa_bursty *out, char *err, size_t errlen);
 void xsa_bursty_free(xsa_bursty *b);
 
 /* How long after each burst reserved memory took to come within 5% of
- * the live memory that followed: allocated[e] and reserved[e] are the
- * bytes after e events (e = 0..trace.n_events); settle[i] gets the events
- * from burst i's end to the first event at which reserved is at most 1.05
- * times the highest allocated bytes until the next burst (-1: never). */
-void xsa_bursty_settle(const xsa_bursty *b, const int64_t *allocated, const int64_t *reserved, long *settle);
+ * the live memory that followed, in ns of trace time at event_ns an event
+ * and the trace's waits: allocated[e] and reserved[e] are the bytes after e
+ * events and the wait after the e-th (e = 0..trace.n_events); settle[i]
+ * gets the time from burst i's end to the first e at which reserved is at
+ * most 1.05 times the highest allocated bytes until the next burst (-1:
+ * never). */
+void xsa_bursty_settle(const xsa_bursty *b, uint64_t event_ns, const int64_t *allocated, const int64_t *reserved,
+                       int64_t *settle);
 
 #endif

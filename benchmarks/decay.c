@@ -3,7 +3,8 @@
  * trace time (fragmentation's sibling).
  *
  *   bazel run //benchmarks:decay -- [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR]
- *                                   [--no-traces]
+ *                                   [--no-traces] [--steps N] [--burst-every N] [--sync-ms N]
+ *                                   [--trace FILE --burst-above GB]
  *
  * Design: every replay is trace/replay's with trace time (event i at i x
  * event_us) and the helper, when on, in manual mode on that clock, so the
@@ -12,7 +13,11 @@
  * with decay (page_decay_ms:N, default XSA_DEFAULT_PAGE_DECAY_MS). The
  * first table replays the bursty workload (benchmarks/bursty.h: 40 steps
  * of a GPT-2-sized job, an evaluation burst of twice the activations after
- * every 5th) at each lag: peak reserved / peak allocated, reserved memory
+ * every 5th; --steps, --burst-every; --sync-ms: the program waits that
+ * long for the GPU after each step, as a GPU-bound loop does, its steps
+ * queued in a fraction of their time; or --trace, a recorded one with
+ * its waits, benchmarks/gpu/bursty.py --record, its bursts where live
+ * memory is above --burst-above) at each lag: peak reserved / peak allocated, reserved memory
  * integrated over trace time (GB·s), how long after each burst reserved
  * memory took to come within 5% of the live memory that followed (median
  * and longest; "never" when it did not before the next burst), and the
@@ -38,9 +43,11 @@
 #define GB 1e9
 
 typedef struct options {
-    const char *event_us, *decay_ms, *lags_arg, *traces;
+    const char *event_us, *decay_ms, *lags_arg, *traces, *sync_ms, *steps, *burst_every, *trace, *burst_above;
     uint64_t event_ns;
     unsigned decay;
+    xsa_bursty_shape shape;
+    uint64_t above;           /* with trace: bursts are live memory above this */
     int64_t lags[MAX_LAGS];
     int n_lags;
     bool no_traces;
@@ -76,36 +83,34 @@ static int replay(const xsa_trace *t, const options *o, int mode, int64_t lag, s
     return -1;
 }
 
-static int cmp_long(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
 }
 
 /* "median / longest" in seconds, or "never" if a burst never settled. */
 static void settle_cell(const xsa_bursty *b, const samples *s, uint64_t event_ns, char *out, size_t len) {
-    long *settle = malloc((b->n_bursts ? b->n_bursts : 1) * sizeof *settle);
+    int64_t *settle = malloc((b->n_bursts ? b->n_bursts : 1) * sizeof *settle);
     if (!settle) {
         snprintf(out, len, "?");
         return;
     }
-    xsa_bursty_settle(b, s->allocated, s->reserved, settle);
+    xsa_bursty_settle(b, event_ns, s->allocated, s->reserved, settle);
     size_t never = 0;
     for (size_t i = 0; i < b->n_bursts; i++) never += settle[i] < 0;
-    qsort(settle, b->n_bursts, sizeof *settle, cmp_long);
-    double e = (double)event_ns * 1e-9;
+    qsort(settle, b->n_bursts, sizeof *settle, cmp_i64);
     if (never) snprintf(out, len, "never (%zu of %zu)", never, b->n_bursts);
-    else snprintf(out, len, "%.3f / %.3f s", settle[b->n_bursts / 2] * e, settle[b->n_bursts - 1] * e);
+    else snprintf(out, len, "%.3f / %.3f s", settle[b->n_bursts / 2] * 1e-9, settle[b->n_bursts - 1] * 1e-9);
     free(settle);
 }
 
 #define ROW1 "| %-13s | %5s | %9s | %9s | %6s | %9s | %-22s | %10s | %10s | %5s |\n"
 
 static int bursty_table(const options *o) {
-    xsa_bursty_shape shape;
-    xsa_bursty_default(&shape);
+    const xsa_bursty_shape shape = o->shape;
     xsa_bursty b;
-    char err[256];
-    if (xsa_bursty_make(&shape, &b, err, sizeof err)) {
+    char err[512];
+    if (o->trace ? xsa_bursty_load(o->trace, o->above, &b, err, sizeof err) : xsa_bursty_make(&shape, &b, err, sizeof err)) {
         fprintf(stderr, "decay: %s\n", err);
         return -1;
     }
@@ -115,8 +120,13 @@ static int bursty_table(const options *o) {
         fprintf(stderr, "decay: out of host memory\n");
         return -1;
     }
-    printf("\nThe bursty workload (%u steps, an evaluation of twice the activations after every %u; %zu events, "
-           "%.0f us an event, page_decay_ms %u)\n\n", shape.steps, shape.burst_every, n, o->event_ns / 1e3, o->decay);
+    if (o->trace)
+        printf("\nThe recorded trace %s (%zu bursts above %.2f GB live; %zu events, %.0f us an event and the trace's "
+               "waits, page_decay_ms %u)\n\n", o->trace, b.n_bursts, o->above / GB, n, o->event_ns / 1e3, o->decay);
+    else
+        printf("\nThe bursty workload (%u steps, an evaluation of twice the activations after every %u; %zu events, "
+               "%.0f us an event, a wait of %.0f ms for the GPU after each step, page_decay_ms %u)\n\n", shape.steps,
+               shape.burst_every, n, o->event_ns / 1e3, shape.sync_ns / 1e6, o->decay);
     printf(ROW1, "mode", "lag", "peak alloc", "peak resv", "ratio", "resv GB·s", "within 5% after a burst",
            "path ms", "helper ms", "viol.");
     printf("|---------------|-------|-----------|-----------|--------|-----------|------------------------|------------|------------|-------|\n");
@@ -194,7 +204,8 @@ static int traces_table(const options *o, const char *argv0) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: decay [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR] [--no-traces]\n");
+    fprintf(stderr, "usage: decay [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR] [--no-traces]\n"
+                    "             [--steps N] [--burst-every N] [--sync-ms N] [--trace FILE --burst-above GB]\n");
     return 2;
 }
 
@@ -216,6 +227,7 @@ static int parse_lags(const char *s, options *o) {
 
 int main(int argc, char **argv) {
     options o = {.event_ns = XSA_REPLAY_DEFAULT_EVENT_NS, .decay = XSA_DEFAULT_PAGE_DECAY_MS};
+    xsa_bursty_default(&o.shape);
     const char *no_traces = NULL;
     /* --no-traces takes no value: it is taken out before the options are parsed. */
     char *args[64];
@@ -227,9 +239,30 @@ int main(int argc, char **argv) {
     o.no_traces = no_traces != NULL;
     const xsa_cli_option opts[] = {
         {"--event-us", &o.event_us}, {"--decay-ms", &o.decay_ms}, {"--lags", &o.lags_arg}, {"--traces", &o.traces},
+        {"--sync-ms", &o.sync_ms},   {"--steps", &o.steps},       {"--burst-every", &o.burst_every},
+        {"--trace", &o.trace},       {"--burst-above", &o.burst_above},
     };
-    if (xsa_cli_parse(n, args, opts, 4, NULL, 0, NULL) != XSA_CLI_OK) return usage();
+    if (xsa_cli_parse(n, args, opts, 9, NULL, 0, NULL) != XSA_CLI_OK) return usage();
     long long v;
+    if (!o.trace != !o.burst_above) return usage();
+    if (o.burst_above) {
+        char *end;
+        double gb = strtod(o.burst_above, &end);
+        if (*end || !(gb > 0)) return usage();
+        o.above = (uint64_t)(gb * GB);
+    }
+    if (o.sync_ms) {
+        if (!xsa_cli_count(o.sync_ms, 0, 60000, &v)) return usage();
+        o.shape.sync_ns = (uint64_t)v * 1000000u;
+    }
+    if (o.steps) {
+        if (!xsa_cli_count(o.steps, 1, 100000, &v)) return usage();
+        o.shape.steps = (unsigned)v;
+    }
+    if (o.burst_every) {
+        if (!xsa_cli_count(o.burst_every, 1, 100000, &v)) return usage();
+        o.shape.burst_every = (unsigned)v;
+    }
     if (o.event_us) {
         if (!xsa_cli_count(o.event_us, 1, 1000000000, &v)) return usage();
         o.event_ns = (uint64_t)v * 1000u;

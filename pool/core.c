@@ -36,6 +36,7 @@ void xsa_pool_drop_segment(xsa_pool *p, xsa_seg *s) {
     xsa_free_set_detach(&s->mp->free[s->kind], s->stream);
     s->mp->segments--;
     free(s->free_since);
+    free(s->used_pages);
     free(s);
 }
 

@@ -7,23 +7,14 @@
  * Ages. The helper ticks every page_decay_ms / 8 (at least 1 ms, the
  * helper's clock: api/helper.h, injectable). At each tick it walks the
  * segments' blocks and keeps, per page, since when it has seen the page
- * free (a whole page inside a free block). The cache-hit path pays
- * nothing for this: it already stamps every block it puts in or changes
- * in a free set with the pool's free-lookup clock (gc_base, for garbage
- * collection), and each tick moves that clock on (when garbage collection
- * does not: it moves on at lookups then), so a free block stamped before
- * the last tick has not been touched since. A free block touched since
- * (split by a request, grown by a free) was used at its low end: best fit
- * splits a free block's front, and a freed block merges into its
- * neighbour. Pages in use at a tick are seen in use; what a touched free
- * block's front may have held between two ticks is bounded by amount: the
- * highest allocated bytes since the last tick (read from the
- * allocated_bytes peak, which the tick resets; pool/stats.c keeps the
- * user's peak whole) less the allocated bytes at the more loaded of the
- * two ticks. The pages within that `reach` of a touched free block's low
- * end count as used now; the pages of a large free block beyond it (an
- * evaluation's activations after the step that used them, while training
- * keeps using the block's front) age.
+ * free and unused: a whole page inside a free block that no request was
+ * handed since the tick before. Handing out a block sets its pages' bits
+ * in its segment's used_pages (pool/state.h: xsa_mark_used, a few word
+ * stores on the allocation path, once decay has ticked), which each tick
+ * reads and clears. So a training step's activations, allocated and freed
+ * between two ticks, keep their pages young although no tick sees them in
+ * use, wherever best fit put them, while the pages a burst alone used (an
+ * evaluation's activations) age from its end.
  *
  * How much. Besides its age, the memory released is bounded by amount:
  * reserved memory stays at or above (1 + page_recycling_headroom) times
@@ -65,7 +56,7 @@
 
 typedef struct sample {
     uint64_t t;
-    int64_t peak, low;        /* highest allocated bytes since the tick before, allocated at the tick */
+    int64_t peak;             /* highest allocated bytes since the tick before */
 } sample;
 
 typedef struct range {
@@ -77,7 +68,6 @@ typedef struct range {
 typedef struct xsa_decay {
     uint64_t ticks, last;     /* ticks so far, and the last one's time (ns) */
     uint64_t polled;          /* the last round */
-    uint64_t marks[XSA_POOL_KINDS]; /* the free-lookup clock after the last tick */
     sample s[SAMPLES];        /* the window's ticks, oldest at head */
     size_t head, n;
     xsa_sweep *fence;         /* recorded as number `recorded`, not yet seen complete */
@@ -151,9 +141,11 @@ static void not_free(xsa_seg *s, size_t lo, size_t hi) {
     for (size_t pg = lo; pg < hi; pg++) s->free_since[pg] = 0;
 }
 
-/* Free block b at tick `stamp`: its whole pages age unless `changed`
- * said a request may have used them (within `reach` of its low end). */
-static void age_free(const xsa_pool *p, xsa_seg *s, const xsa_block *b, bool changed, size_t reach, uint64_t stamp) {
+static bool used(const xsa_seg *s, size_t pg) { return s->used_pages[pg / 64] >> (pg % 64) & 1; }
+
+/* Free block b at tick `stamp`: its whole pages age unless a request used
+ * them since the tick before. */
+static void age_free(const xsa_pool *p, xsa_seg *s, const xsa_block *b, uint64_t stamp) {
     size_t lo = page_of(p, s, b->ptr), hi = page_above(p, s, b->ptr + b->size);
     size_t whole_lo = page_above(p, s, b->ptr), whole_hi = page_of(p, s, b->ptr + b->size);
     if (whole_hi <= whole_lo) {
@@ -162,23 +154,25 @@ static void age_free(const xsa_pool *p, xsa_seg *s, const xsa_block *b, bool cha
     }
     not_free(s, lo, whole_lo);
     not_free(s, whole_hi, hi);
-    size_t touched = changed ? page_above(p, s, b->ptr + reach) : whole_lo;
     for (size_t pg = whole_lo; pg < whole_hi; pg++)
-        if (pg < touched || !s->free_since[pg]) s->free_since[pg] = stamp;
+        if (used(s, pg) || !s->free_since[pg]) s->free_since[pg] = stamp;
     if (whole_hi > s->n_free_since) s->n_free_since = whole_hi;
 }
 
-/* The tick's walk over the segments that decay. */
-static void age_pages(xsa_pool *p, const uint64_t prev[XSA_POOL_KINDS], size_t reach, uint64_t stamp) {
+/* The tick's walk over the segments that decay; the used bits start over. */
+static void age_pages(xsa_pool *p, uint64_t stamp) {
     for (xsa_seg *s = p->segments; s; s = s->next_seg) {
         if (!decays(p, s)) continue;
+        size_t words = (s->vm.max_pages + 63) / 64;
         if (!s->free_since && !(s->free_since = calloc(s->vm.max_pages, sizeof *s->free_since))) continue;
+        if (!s->used_pages && !(s->used_pages = calloc(words, sizeof *s->used_pages))) continue;
         for (const xsa_block *b = s->first; b; b = b->next) {
             if (b->mapped && xsa_block_is_free(b))
-                age_free(p, s, b, b->gc_base >= prev[s->kind], reach, stamp);
+                age_free(p, s, b, stamp);
             else
                 not_free(s, page_of(p, s, b->ptr), page_above(p, s, b->ptr + b->size));
         }
+        memset(s->used_pages, 0, words * sizeof *s->used_pages);
     }
 }
 
@@ -327,22 +321,10 @@ static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
 
 static void tick(xsa_pool *p, xsa_decay *d, uint64_t now) {
     uint64_t stamp = now + 1; /* 0 means "not free" */
-    int64_t peak = xsa_pool_take_interval_peak(p), low = p->stats.allocated_bytes[XSA_STAT_ALL].current;
-    /* What the interval allocated beyond what was allocated at either of
-     * its ticks (those pages are seen in use there): blocks live at
-     * neither tick, which a changed free block's front may have held. */
-    int64_t before = d->n ? d->s[(d->head + d->n - 1) % SAMPLES].low : 0, ends = low > before ? low : before;
-    push(d, (sample){now, peak, low});
+    push(d, (sample){now, xsa_pool_take_interval_peak(p)});
     int64_t need;
     window(d, now, window_ns(p), &need);
-    uint64_t prev[XSA_POOL_KINDS];
-    for (int k = 0; k < XSA_POOL_KINDS; k++) {
-        prev[k] = d->ticks ? d->marks[k] : 0;
-        if (p->opt.garbage_collection_threshold <= 0) p->free_lookups[k]++;
-        d->marks[k] = p->free_lookups[k];
-    }
-    size_t reach = (size_t)(peak > ends ? peak - ends : 0) + p->page_size;
-    age_pages(p, prev, reach, stamp);
+    age_pages(p, stamp);
     d->last = now;
     d->ticks++;
     if (!p->capturing) choose(p, d, stamp, need);

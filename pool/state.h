@@ -122,9 +122,13 @@ typedef struct xsa_seg {
      * created: the helper readies pages there (pool/ready.c); 0 pages: none. */
     size_t grew_at, grew_pages;
     /* Decay (pool/decay.c): per page below n_free_since, since when the
-     * helper has seen it free (its clock's ns; 0: not free). */
+     * helper has seen it free (its clock's ns; 0: not free); and a bit a
+     * page, set when a block on it is handed out, cleared at each tick
+     * (NULL until decay first ticks): the pages requests used between two
+     * ticks, which a step's short-lived blocks leave free by the tick. */
     uint64_t *free_since;
     size_t n_free_since;
+    uint64_t *used_pages;
     struct xsa_seg *prev_seg, *next_seg;
 } xsa_seg;
 
@@ -314,6 +318,15 @@ static inline void xsa_inactive_split_change(xsa_pool *p, xsa_pool_kind kind, xs
 /* A block becoming free: its age for garbage collection. */
 static inline void xsa_stamp_free(const xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
 
+/* Decay's record (xsa_seg.used_pages) that b's pages were used. */
+static inline void xsa_mark_used(const xsa_pool *p, const xsa_block *b) {
+    xsa_seg *s = b->seg;
+    size_t pg = (b->ptr - s->base) / p->page_size, hi = (b->ptr + b->size - s->base + p->page_size - 1) / p->page_size;
+    for (; pg < hi && pg % 64; pg++) s->used_pages[pg / 64] |= 1ull << (pg % 64);
+    for (; pg + 64 <= hi; pg += 64) s->used_pages[pg / 64] = ~0ull;
+    for (; pg < hi; pg++) s->used_pages[pg / 64] |= 1ull << (pg % 64);
+}
+
 /* Marks b (out of the free set) allocated, in the pointer map (room was
  * reserved) and the stats: the end of every malloc and of a restore's
  * allocations. Inline: it is on the hot path. */
@@ -323,6 +336,7 @@ static inline void xsa_pool_hand_out(xsa_pool *p, xsa_block *b, size_t requested
     b->requested = requested;
     b->capture_id = 0; /* malloc stamps it during a capture (pool/capture_reuse.c) */
     xsa_ptr_map_insert_reserved(&p->allocated, b->ptr, b);
+    if (__builtin_expect(b->seg->used_pages != NULL, 0)) xsa_mark_used(p, b);
     p->live_blocks++;
     xsa_stats_add(p->stats.allocation, kind, 1);
     xsa_stats_add(p->stats.allocated_bytes, kind, (int64_t)b->size);

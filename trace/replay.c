@@ -161,28 +161,65 @@ static int run_event(replay *rp, const xsa_trace_event *e) {
 
 static uint64_t trace_clock(void *ctx) { return ((const xsa_replay_session *)ctx)->now_ns; }
 
-/* After event i: the clock moves to its end, the helper's due rounds run
- * (their driver calls and H100 estimate counted apart), and reserved
- * memory over the event is added up. */
-static int after_event(replay *rp, xsa_replay_result *r, size_t event) {
+/* The helper's due rounds at the clock's time, their driver calls and
+ * H100 estimate counted apart; when the next one is due. */
+static uint64_t helper_rounds(replay *rp, xsa_replay_result *r) {
     xsa_replay_session *s = rp->s;
-    s->now_ns += s->event_ns;
-    if (s->helper) {
-        uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
-        xsa_driver_read_calls(s->d, before, NULL);
-        uint64_t est = s->sim ? xsa_sim_h100_est_ns() : 0;
-        xsa_helper_poll();
-        xsa_driver_read_calls(s->d, after, NULL);
-        for (int i = 0; i < XSA_DRV_COUNT; i++) r->helper_calls[i] += after[i] - before[i];
-        if (s->sim) r->helper_est_h100_ns += xsa_sim_h100_est_ns() - est;
-    }
-    if (!s->event_ns) return 0;
+    uint64_t before[XSA_DRV_COUNT], after[XSA_DRV_COUNT];
+    xsa_driver_read_calls(s->d, before, NULL);
+    uint64_t est = s->sim ? xsa_sim_h100_est_ns() : 0;
+    uint64_t next = xsa_helper_poll();
+    xsa_driver_read_calls(s->d, after, NULL);
+    for (int i = 0; i < XSA_DRV_COUNT; i++) r->helper_calls[i] += after[i] - before[i];
+    if (s->sim) r->helper_est_h100_ns += xsa_sim_h100_est_ns() - est;
+    return next;
+}
+
+static int read_memory(replay *rp, int64_t *allocated, int64_t *reserved) {
     xsa_device_stats st;
     xsa_status status = xsa_get_stats(0, &st);
     if (status != XSA_SUCCESS) return fail_call(rp->err, rp->errlen, status, "xsa_get_stats");
-    int64_t reserved = st.reserved_bytes[XSA_STAT_ALL].current;
+    *allocated = st.allocated_bytes[XSA_STAT_ALL].current;
+    *reserved = st.reserved_bytes[XSA_STAT_ALL].current;
+    return 0;
+}
+
+static int synchronize_streams(replay *rp);
+
+/* A wait of the trace ('w' lines) after an event: the program waits for
+ * the GPU (at a lag, its streams synchronize: the simulated GPU catches
+ * up), and the clock moves from one due round of the helper to the next
+ * through it, reserved memory counted in between. */
+static int wait_idle(replay *rp, xsa_replay_result *r, uint64_t idle) {
+    xsa_replay_session *s = rp->s;
+    if (s->o.gpu_lag > 0 && synchronize_streams(rp)) return -1;
+    uint64_t end = s->now_ns + idle;
+    while (s->now_ns < end) {
+        uint64_t next = s->helper ? helper_rounds(rp, r) : UINT64_MAX, to = end;
+        if (next > s->now_ns && next < end) to = next;
+        int64_t allocated = 0, reserved = 0;
+        if (read_memory(rp, &allocated, &reserved)) return -1;
+        r->reserved_gb_s += (double)reserved * 1e-9 * ((double)(to - s->now_ns) * 1e-9);
+        s->now_ns = to;
+    }
+    if (s->helper) helper_rounds(rp, r);
+    return 0;
+}
+
+/* After event i: the clock moves to its end, the helper's due rounds run,
+ * reserved memory over the event is added up, then the trace's wait after
+ * it, if any, passes (`sample` sees the memory after it). */
+static int after_event(replay *rp, xsa_replay_result *r, size_t event) {
+    xsa_replay_session *s = rp->s;
+    s->now_ns += s->event_ns;
+    if (s->helper) helper_rounds(rp, r);
+    if (!s->event_ns) return 0;
+    int64_t allocated = 0, reserved = 0;
+    if (read_memory(rp, &allocated, &reserved)) return -1;
     r->reserved_gb_s += (double)reserved * 1e-9 * ((double)s->event_ns * 1e-9);
-    if (s->o.sample) s->o.sample(s->o.sample_ctx, event, st.allocated_bytes[XSA_STAT_ALL].current, reserved);
+    uint64_t idle = rp->t->wait_ns ? rp->t->wait_ns[event - 1] : 0;
+    if (idle && (wait_idle(rp, r, idle) || read_memory(rp, &allocated, &reserved))) return -1;
+    if (s->o.sample) s->o.sample(s->o.sample_ctx, event, allocated, reserved);
     return 0;
 }
 

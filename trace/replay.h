@@ -28,8 +28,10 @@
  * pass with the first one's sentence.
  *
  * Trace time and the helper thread. With event_ns (or with helper_thread
- * on in the configuration), event i happens at i x event_ns of the helper's
- * clock, the helper runs in manual mode (its rounds after every event, on
+ * on in the configuration), each event takes event_ns of the helper's
+ * clock, and a wait of the trace ('w' lines) after an event that long
+ * more: the program waits for the GPU (at a lag, its streams synchronize)
+ * while the helper's rounds due in it run at their time. The helper runs in manual mode (its rounds after every event, on
  * the replay's thread, so a replay is deterministic) and its driver calls
  * are counted apart from the allocation path's; reserved memory is
  * integrated over that time (GB·s: what decay purging saves).

@@ -28,7 +28,7 @@ typedef struct parser {
     size_t errlen;
     id_state *ids;
     size_t ids_cap;
-    size_t events_cap;
+    size_t events_cap, waits_cap;
     xsa_trace *t;
 } parser;
 
@@ -145,15 +145,30 @@ static int account(parser *ps, const xsa_trace_event *ev) {
     return 0;
 }
 
+/* 'w <us>': the wait after the last event grows (before the first event
+ * there is no program to wait yet: nothing is kept). */
+static int parse_wait(parser *ps) {
+    uint64_t us;
+    if (read_uint(ps, UINT64_MAX / 1000, &us) || !at_line_end(ps))
+        return fail(ps, "expected 'w <microseconds>', got '%.*s'", line_len(ps), ps->bol);
+    xsa_trace *t = ps->t;
+    if (!t->n_events) return 0;
+    if (grow((void **)&t->wait_ns, &ps->waits_cap, ps->events_cap, sizeof *t->wait_ns)) return fail(ps, "out of memory");
+    t->wait_ns[t->n_events - 1] += us * 1000;
+    return 0;
+}
+
 static int parse_line(parser *ps) {
     while (ps->p < ps->eol && is_blank(*ps->p)) ps->p++;
     if (ps->p == ps->eol || *ps->p == '#') return 0;
     char kind = *ps->p++;
+    if (kind == 'w') return parse_wait(ps);
     if (kind != 'a' && kind != 'f' && kind != 'r')
-        return fail(ps, "expected an event 'a', 'f' or 'r' at the start of the line, got '%.*s'",
+        return fail(ps, "expected an event 'a', 'f', 'r' or a wait 'w' at the start of the line, got '%.*s'",
                     line_len(ps), ps->bol);
     xsa_trace *t = ps->t;
-    if (grow((void **)&t->events, &ps->events_cap, t->n_events + 1, sizeof *t->events))
+    if (grow((void **)&t->events, &ps->events_cap, t->n_events + 1, sizeof *t->events) ||
+        (t->wait_ns && grow((void **)&t->wait_ns, &ps->waits_cap, ps->events_cap, sizeof *t->wait_ns)))
         return fail(ps, "out of memory");
     xsa_trace_event *ev = &t->events[t->n_events];
     if (parse_fields(ps, kind, ev) || account(ps, ev)) return -1;
@@ -235,6 +250,7 @@ int xsa_trace_load(const char *path, xsa_trace *t, char *err, size_t errlen) {
 
 void xsa_trace_free(xsa_trace *t) {
     free(t->events);
+    free(t->wait_ns);
     memset(t, 0, sizeof *t);
 }
 

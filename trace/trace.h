@@ -13,6 +13,8 @@
  *     a <id> <bytes> <stream>   allocate
  *     f <id>                    free
  *     r <id> <stream>           record_stream of live allocation <id> on <stream>
+ *     w <us>                    the program waits: <us> microseconds pass after the last event
+ *                               (replays on trace time only: trace/replay.h)
  */
 #ifndef XSA_TRACE_TRACE_H
 #define XSA_TRACE_TRACE_H
@@ -44,6 +46,7 @@ typedef struct xsa_trace {
     size_t n_allocs, n_frees, n_records;
     uint32_t n_ids;   /* highest id + 1: size of an id-indexed table */
     int n_streams;    /* highest stream number + 1 */
+    uint64_t *wait_ns; /* NULL without 'w' lines, else [n_events]: the wait after each event, in ns */
 } xsa_trace;
 
 /* Loads `path`. 0 on success; -1 with a sentence in err ("FILE:LINE: ...")

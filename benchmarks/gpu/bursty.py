@@ -1,7 +1,9 @@
 """Reserved and live memory over GPT-2 training with evaluation bursts, per allocator, and an SVG of it.
 
     bursty.py [--steps 60] [--burst-every 10] [--modes M,...] [--out DIR] [--timeout 240] [--decay-ms 500]
-    bursty.py child --mode M --steps N --burst-every K --out FILE [--decay-ms D]
+              [--record MODE] [--snapshot-after S]
+    bursty.py child --mode M --steps N --burst-every K --out FILE [--decay-ms D] [--record FILE]
+                    [--snapshot FILE --snapshot-after S]
 
 Design: every mode is one child process (the allocator is chosen when the
 process starts). The child trains GPT-2 small, built from transformers'
@@ -16,9 +18,14 @@ thread reads, every 10 ms: the device's used bytes from cuMemGetInfo
 (torch.cuda.mem_get_info) less those used before the model was built (the
 process's reserved memory as the driver sees it, which another process
 can or cannot have), torch.cuda.memory_reserved() and memory_allocated()
-(live). After each burst, the time until the driver's view of reserved
-memory is within 5% of the live peak before the next burst is measured
-(issue 33: under 1 s with decay on).
+(live); the allocator's peak allocated bytes are read and reset at each
+burst's start and end. After each burst, the time until the driver's view
+of reserved memory is within 5% of the live peak before the next burst is
+measured (issue 33: under 1 s with decay on). --record MODE writes that
+mode's allocation trace with its waits, to replay on the simulated
+driver (bazel run //benchmarks:replay -- --trace FILE, trace time on);
+--snapshot-after S writes each mode's memory_snapshot() S seconds after
+the first burst: where reserved memory sits then.
 
 Modes: xsalloc_decay (helper_thread:True,page_decay_ms:500), xsalloc_off
 (helper_thread:False), native, native_ec, expandable, expandable_ec.
@@ -87,9 +94,19 @@ def child(args):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     vocab = real_workloads.GPT2_VOCAB
     batch, length = 8, 1024
+    if args.record:
+        torch.cuda.memory._record_memory_history(max_entries=4_000_000, context=None, stacks="python")
     thread = threading.Thread(target=sampler, daemon=True)
     thread.start()
-    step_times, bursts = [], []
+    step_times, bursts, live_peaks, peaks = [], [], [], [0, 0]
+
+    def interval_peak():
+        """The highest allocated bytes since the last call (the sampler misses a step's short peak)."""
+        live_peaks.append(torch.cuda.max_memory_allocated())
+        peaks[0] = max(peaks[0], torch.cuda.max_memory_reserved())
+        peaks[1] = max(peaks[1], live_peaks[-1])
+        torch.cuda.reset_peak_memory_stats()
+
     for i in range(1, args.steps + 1):
         s0 = time.perf_counter()
         ids = torch.randint(0, vocab, (batch, length), device="cuda")
@@ -100,8 +117,14 @@ def child(args):
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         step_times.append(time.perf_counter() - s0)
+        if args.snapshot and bursts and time.perf_counter() - t0 - bursts[0][1] >= args.snapshot_after:
+            with open(args.snapshot, "w") as f:
+                json.dump(torch.cuda.memory_snapshot(), f)
+            args.snapshot = None
         if i % args.burst_every or i == args.steps:
             continue
+        if bursts:
+            interval_peak()  # the live peak between the last burst and this one
         b0 = time.perf_counter() - t0
         ids = torch.randint(0, vocab, (2 * batch, length), device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -111,29 +134,42 @@ def child(args):
         if empty:
             torch.cuda.empty_cache()
         bursts.append((b0, time.perf_counter() - t0))
+        interval_peak()  # the burst's own: from here on, the steps after it
+        live_peaks.pop()
     torch.cuda.synchronize()
     time.sleep(0.05)
     stop.set()
     thread.join()
+    if bursts:
+        interval_peak()
+    peaks = [max(peaks[0], torch.cuda.max_memory_reserved()), max(peaks[1], torch.cuda.max_memory_allocated())]
     out = {"mode": args.mode, "impl": impl, "device": torch.cuda.get_device_name(), "samples": samples,
-           "bursts": bursts, "step_median_s": statistics.median(step_times[2:]),
-           "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
+           "bursts": bursts, "live_peaks": live_peaks, "step_median_s": statistics.median(step_times[2:]),
+           "peak_reserved": peaks[0], "peak_allocated": peaks[1]}
+    if args.record:
+        from record_traces import write_trace
+
+        snapshot = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        write_trace(snapshot, args.record, waits=True)
     with open(args.out, "w") as f:
         json.dump(out, f)
 
 
 def settle_times(rec):
     """Seconds from each burst's end until the driver's view of reserved is
-    within 5% of the live peak before the next burst (None: never)."""
+    within 5% of the live peak before the next burst (None: never). The
+    live peak is the allocator's own (max_memory_allocated, reset after
+    each burst): a step's peak lasts milliseconds and the sampler misses it."""
     s, out = rec["samples"], []
     ends = [b[1] for b in rec["bursts"]]
     starts = [b[0] for b in rec["bursts"][1:]] + [s[-1][0] if s else 0]
-    for end, nxt in zip(ends, starts):
+    for i, (end, nxt) in enumerate(zip(ends, starts)):
         window = [x for x in s if end <= x[0] <= nxt]
         if not window:
             out.append(None)
             continue
-        live = max(x[3] for x in window)
+        live = rec["live_peaks"][i]
         hit = next((x[0] - end for x in window if x[1] <= 1.05 * live), None)
         out.append(hit)
     return out
@@ -179,6 +215,10 @@ def main(argv):
         p.add_argument("--burst-every", type=int, required=True)
         p.add_argument("--decay-ms", type=int, default=500)
         p.add_argument("--out", required=True)
+        p.add_argument("--record", help="write the run's allocation trace, with its waits, here")
+        p.add_argument("--snapshot", help="write torch.cuda.memory_snapshot() here, once, --snapshot-after s "
+                                          "after the first burst's end (at a step's end)")
+        p.add_argument("--snapshot-after", type=float, default=0.9)
         child(p.parse_args(argv[1:]))
         return
     p = argparse.ArgumentParser(prog="bursty.py", description=__doc__.splitlines()[0])
@@ -188,6 +228,12 @@ def main(argv):
     p.add_argument("--decay-ms", type=int, default=500)
     p.add_argument("--out", default=".")
     p.add_argument("--timeout", type=float, default=240, help="seconds a mode may run (240)")
+    p.add_argument("--record", metavar="MODE",
+                   help="also write MODE's allocation trace with its waits (trace/trace.h's 'w' lines), "
+                        "bursty-MODE.trace.gz in --out, for replays on the simulated driver")
+    p.add_argument("--snapshot-after", type=float, metavar="S",
+                   help="each mode writes bursty-MODE.snapshot.json, its memory_snapshot() S s after the first "
+                        "burst's end: where reserved memory sits")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     records = []
@@ -195,6 +241,11 @@ def main(argv):
         path = os.path.join(args.out, f"bursty-{mode}.json")
         cmd = [sys.executable, os.path.abspath(__file__), "child", "--mode", mode, "--steps", str(args.steps),
                "--burst-every", str(args.burst_every), "--decay-ms", str(args.decay_ms), "--out", path]
+        if args.snapshot_after is not None:
+            cmd += ["--snapshot", os.path.join(args.out, f"bursty-{mode}.snapshot.json"),
+                    "--snapshot-after", str(args.snapshot_after)]
+        if mode == args.record:
+            cmd += ["--record", os.path.join(args.out, f"bursty-{mode}.trace.gz")]
         t0 = time.monotonic()
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

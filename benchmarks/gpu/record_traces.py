@@ -117,12 +117,21 @@ def llm_decode(requests=8):
 WORKLOADS = {"bert_varlen": bert_varlen, "unet_varres": unet_varres, "llm_decode": llm_decode}
 
 
-def write_trace(snapshot, path):
-    """alloc / free_requested history entries -> trace lines; returns (calls, peak live bytes)."""
+def write_trace(snapshot, path, waits=False):
+    """alloc / free_requested history entries -> trace lines; returns (calls, peak live bytes).
+    With waits, a gap of 1 ms or more between two lines' entries (time_us)
+    becomes a 'w <us>' line between them: the program's time, for replays
+    on trace time."""
     ids, streams, lines = {}, {}, []
     live = peak = 0
     sizes = {}
+    last = None
     for e in snapshot["device_traces"][0]:
+        if e["action"] not in ("alloc", "free_requested") or (e["action"] != "alloc" and e["addr"] not in ids):
+            continue
+        if waits and last is not None and e["time_us"] - last >= 1000:
+            lines.append(f"w {e['time_us'] - last}")
+        last = e["time_us"]
         if e["action"] == "alloc":
             stream = streams.setdefault(e["stream"], len(streams))
             ids[e["addr"]] = len(sizes)
@@ -130,13 +139,13 @@ def write_trace(snapshot, path):
             lines.append(f"a {ids[e['addr']]} {e['size']} {stream}")
             live += e["size"]
             peak = max(peak, live)
-        elif e["action"] == "free_requested" and e["addr"] in ids:
+        else:
             i = ids.pop(e["addr"])
             lines.append(f"f {i}")
             live -= sizes[i]
     with gzip.open(path, "wt") as f:
         f.write("\n".join(lines) + "\n")
-    return len(lines), peak
+    return sum(not line.startswith("w") for line in lines), peak
 
 
 def main():

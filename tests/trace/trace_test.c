@@ -1,7 +1,8 @@
 /*
  * trace_test: the trace loader (benchmarks/trace) on plain and gzip'd files,
  * its error messages (file, line number, expected form) for every kind of
- * malformed or inconsistent line, and the bundled traces.
+ * malformed or inconsistent line, waits ('w' lines), and the bundled
+ * traces.
  *
  * Files are written into $TEST_TMPDIR (Bazel) or a fresh /tmp directory.
  */
@@ -121,7 +122,11 @@ static void expect_error(const char *bad, const char *want) {
 
 static void test_malformed(void **state) {
     (void)state;
-    expect_error("x 2 100 0", "expected an event 'a', 'f' or 'r'");
+    expect_error("x 2 100 0", "expected an event 'a', 'f', 'r' or a wait 'w'");
+    expect_error("w", "expected 'w <microseconds>'");
+    expect_error("w 5 6", "expected 'w <microseconds>'");
+    expect_error("w -5", "expected 'w <microseconds>'");
+    expect_error("w 99999999999999999999", "expected 'w <microseconds>'");
     expect_error("a 2 100", "expected 'a <id> <bytes> <stream>'");
     expect_error("a 2 100 0 5", "expected 'a <id> <bytes> <stream>'");
     expect_error("a two 100 0", "got 'a two 100 0'");
@@ -134,6 +139,27 @@ static void test_malformed(void **state) {
     expect_error("f 1 0", "expected 'f <id>'");
     expect_error("r 1", "expected 'r <id> <stream>'");
     expect_error("r 1 2 3", "expected 'r <id> <stream>'");
+}
+
+/* A wait belongs to the event before it; waits add up; one before the
+ * first event is dropped; a trace without them has none. */
+static void test_waits(void **state) {
+    (void)state;
+    const char text[] = "w 7\na 0 100 0\nw 1500\nw 500\na 1 200 0\nf 1\n# note\nw 3\nf 0\n";
+    char err[256] = "";
+    xsa_trace t;
+    assert_int_equal(xsa_trace_parse("w", text, strlen(text), &t, err, sizeof err), 0);
+    assert_int_equal(t.n_events, 4);
+    assert_non_null(t.wait_ns);
+    assert_int_equal(t.wait_ns[0], 2000000);
+    assert_int_equal(t.wait_ns[1], 0);
+    assert_int_equal(t.wait_ns[2], 3000);
+    assert_int_equal(t.wait_ns[3], 0);
+    assert_int_equal(t.events[3].line, 9);
+    xsa_trace_free(&t);
+    assert_int_equal(xsa_trace_parse("g", good, strlen(good), &t, err, sizeof err), 0);
+    assert_null(t.wait_ns);
+    xsa_trace_free(&t);
 }
 
 static void test_inconsistent(void **state) {
@@ -199,7 +225,7 @@ int main(void) {
         cmocka_unit_test(test_plain),        cmocka_unit_test(test_gzip),
         cmocka_unit_test(test_missing_file), cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_inconsistent), cmocka_unit_test(test_bundled),
-        cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_synthetic),    cmocka_unit_test(test_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
