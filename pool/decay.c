@@ -280,6 +280,20 @@ static bool take(xsa_pool *p, xsa_decay *d, xsa_block *b, size_t lo, size_t hi) 
     return true;
 }
 
+bool xsa_decay_give_back(xsa_pool *p, xsa_block *b) {
+    xsa_decay *d = state(p);
+    if (!d || !keep_range(d, b)) return false;
+    d->ranges[d->n_ranges - 1].fence = 0; /* passed: completed is never below 0 */
+    xsa_seg *s = b->seg;
+    size_t pages = b->size / p->page_size;
+    b->mapped = b->draining = b->held = true;
+    s->held++;
+    s->draining_pages += pages;
+    p->stats.num_device_alloc++; /* created, never reserved: end_range counts their release */
+    p->stats.num_pages_mapped += (int64_t)pages;
+    return true;
+}
+
 /* Chooses what goes at this tick: old runs, oldest first, from their
  * high end, while reserved stays above the bound. */
 static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {

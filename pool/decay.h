@@ -26,6 +26,12 @@ size_t xsa_decay_round(xsa_pool *p, uint64_t now, xsa_block **out, size_t max, x
 /* A range's job is over: unmapped (its handles released, or kept by the
  * segment when the driver refused), or not (free again). */
 void xsa_decay_released(xsa_pool *p, xsa_block *b, bool was_unmapped);
+/* Pages the helper readied (pool/ready.c) that would raise the peak of
+ * reserved memory, a growth having overtaken them: mapped block b (no
+ * work ever ran on it) is kept out of the cache, and the next round hands
+ * it to a job to unmap and release, as a range whose fence has passed.
+ * False if that cannot be recorded (host memory): the caller keeps it. */
+bool xsa_decay_give_back(xsa_pool *p, xsa_block *b);
 /* Releasing the cache (pool/release.c), after every segment stream was
  * synchronized: the ranges still waiting for their fence are unmapped
  * and released now. The first driver error (those ranges are free again). */

@@ -20,6 +20,10 @@
  * headroom too (a growth beyond it moves free pages instead of creating
  * them) and the memory fraction, and only for the global memory pool (a
  * memory pool's memory belongs to its graphs).
+ * The check is made again when the job is done: a miss of the stream
+ * while the range was held grew elsewhere, and pages that would now raise
+ * the peak go back to the driver by the next round (pool/decay.c's
+ * release path) instead of into the cache.
  * Readied pages are ordinary free memory from then on: recycled, released
  * by empty_cache, and with decay on (pool/decay.c) released again if no
  * request uses them. A readying that fails is dropped (an out-of-memory
@@ -29,6 +33,7 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/decay.h"
 #include "pool/pages.h"
 #include "pool/recycle.h"
 #include "pool/state.h"
@@ -85,6 +90,10 @@ void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped) {
         xsa_pages_merge_unmapped(p, b);
         return;
     }
+    /* A miss grew elsewhere while the job ran (the range was held): the
+     * pages are no longer below the peak, and go back to the driver. */
+    if ((int64_t)(p->reserved + b->size) > p->stats.reserved_bytes[XSA_STAT_ALL].peak && xsa_decay_give_back(p, b))
+        return;
     b->mapped = true;
     xsa_pages_account(p, s, 0, b->size / p->page_size, +1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);

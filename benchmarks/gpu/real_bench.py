@@ -4,7 +4,7 @@
                   [--steps W=N]... [--steps-W N] [--timeout S] [--budget-s S] [--out DIR]
     real_bench.py child --workload W --alloc A --steps N --out FILE [--conf CONF] [--lag FILE]
     real_bench.py table FILE.jsonl
-    real_bench.py record --workload W --out FILE.trace.gz [--steps N] [--max-entries N] [--seed N]
+    real_bench.py record --workload W --out FILE.trace.gz [--steps N] [--max-entries N] [--seed N] [--waits]
 
 Design: PyTorch reads its allocator configuration once per process, so
 every (run, workload, allocator) is a child process of its own; the parent
@@ -650,7 +650,7 @@ def record(args):
               f"{', '.join(actions)}), so the trace has no 'r' lines: its side-stream blocks are freed "
               "as if record_stream had not been called", file=sys.stderr)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    calls, peak = write_trace(snapshot, args.out)
+    calls, peak = write_trace(snapshot, args.out, waits=args.waits)
     print(f"{args.workload}: {steps} steps, {calls} calls, peak live {peak / GB:.2f} GB, "
           f"{time.perf_counter() - t0:.1f} s -> {args.out}", flush=True)
 
@@ -687,6 +687,8 @@ def main(argv):
             return 0
         p.add_argument("--steps", type=int, help="default: the workload's")
         p.add_argument("--max-entries", type=int, default=4_000_000, help="memory history ring (4,000,000)")
+        p.add_argument("--waits", action="store_true",
+                       help="also write the host's waits of 1 ms or more ('w' lines), for replays on trace time")
         p.add_argument("--seed", type=int, help="the request mix's seed (llama_requests)")
         record(p.parse_args(argv[1:]))
         return 0

@@ -1,7 +1,7 @@
 """Wall time of real workloads under PyTorch's allocators and xsalloc, interleaved, rounds spread over calls.
 
     walltime.py run [--rounds 8] [--results FILE] [--workloads W,...] [--allocs A,...] [--budget-s 540]
-                    [--timeout 240]
+                    [--timeout 240] [--gpus N]
     walltime.py table FILE
     walltime.py child --workload W --alloc A --out FILE
 
@@ -21,14 +21,19 @@ wanted in the file: a call launches, in order, the runs the file lacks
 (failed ones again) until --budget-s is spent, so that a session's
 device time (about 30 minutes) holds part of them and the next call
 with the same --results goes on where it stopped; then it prints the
-table of everything in the file. `table` prints, per workload and allocator, the median of the
+table of everything in the file. With --gpus N (a machine of N GPUs), N
+children run at once, each alone on its GPU, taking the runs in the same
+order: the allocators of one workload and round run side by side, and
+which GPU each gets changes from round to round; each result names its
+GPU. `table` prints, per workload and allocator, the median of the
 runs' medians with their min and max and how many runs, and each
 allocator's median against the fastest of torch native and expandable
 and against xsalloc with decay and the helper off.
 
 Allocators: native (no PYTORCH_CUDA_ALLOC_CONF), expandable
 (expandable_segments:True), xsalloc (xsalloc.torch.use(), its defaults),
-xsalloc_off (helper_thread:False: no decay, no helper), xsalloc_decay
+xsalloc_off (helper_thread:False: no decay, no helper), xsalloc_helper
+(helper_thread:True,page_decay_ms:0: the helper alone), xsalloc_decay
 (helper_thread:True,page_decay_ms:500). Workloads: gpt2_200 (GPT-2 small,
 200 steps), resnet (ResNet-50, 48 steps), loader_24 and loader_200 (the
 side-stream data loader, 24 and 200 steps), llama_gen (Llama generation,
@@ -61,6 +66,7 @@ ALLOCS = {
     "expandable": ("expandable_segments:True", None, False),
     "xsalloc": (None, None, True),
     "xsalloc_off": (None, "helper_thread:False", True),
+    "xsalloc_helper": (None, "helper_thread:True,page_decay_ms:0", True),
     "xsalloc_decay": (None, "helper_thread:True,page_decay_ms:500", True),
 }
 
@@ -125,48 +131,77 @@ def load(path):
     return rows
 
 
+def start_child(job, gpu, tmp_dir):
+    """Launches run `job` (round, workload, allocator) on `gpu` (None: the default device)."""
+    rnd, w, a = job
+    out = os.path.join(tmp_dir, f".walltime-{os.getpid()}-{rnd}-{w}-{a}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "child", "--workload", w, "--alloc", a, "--out", out]
+    env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    with open(out + ".err", "w") as err:  # a file, not a pipe nobody reads while the child runs
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    return {"job": job, "gpu": gpu, "out": out, "proc": proc, "t0": time.monotonic()}
+
+
+def finish_child(c, results, start, timeout):
+    """Collects a child that exited (or kills one past `timeout`): one JSON line in results."""
+    rnd, w, a = c["job"]
+    if c["proc"].poll() is None:
+        c["proc"].kill()
+        c["proc"].wait()
+        err = f"timed out after {timeout:g} s"
+    else:
+        with open(c["out"] + ".err") as f:
+            stderr = f.read().strip().splitlines()
+        err = None if c["proc"].returncode == 0 else (stderr or ["no output"])[-1][:300]
+    os.remove(c["out"] + ".err")
+    rec = {"round": rnd, "workload": w, "alloc": a, "child_s": round(time.monotonic() - c["t0"], 1)}
+    if c["gpu"] is not None:
+        rec["gpu"] = c["gpu"]
+    try:
+        with open(c["out"]) as f:
+            rec.update(json.load(f))
+        os.remove(c["out"])
+        rec["status"] = "ok"
+    except (OSError, ValueError):
+        rec.update(status="failed", error=err or "no result")
+    with open(results, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    shown = f"{rec['median_step_s'] * 1e3:8.2f} ms a step" if rec["status"] == "ok" else f"FAILED: {rec['error']}"
+    where = f" gpu {c['gpu']}" if c["gpu"] is not None else ""
+    print(f"walltime [{time.monotonic() - start:4.0f}s] round {rnd} {w:10s} {a:14s}{where} {shown}", flush=True)
+
+
 def run(args):
     workloads = [w for w in args.workloads.split(",") if w]
     allocs = [a for a in args.allocs.split(",") if a]
     bad = [w for w in workloads if w not in WORKLOADS] + [a for a in allocs if a not in ALLOCS]
-    if bad or not workloads or not allocs:
-        sys.exit(f"walltime: unknown or empty: {bad}; workloads {list(WORKLOADS)}, allocators {list(ALLOCS)}")
+    if bad or not workloads or not allocs or args.gpus < 1:
+        sys.exit(f"walltime: unknown or empty: {bad}; workloads {list(WORKLOADS)}, allocators {list(ALLOCS)}; "
+                 f"--gpus {args.gpus}")
     done = {(r["round"], r["workload"], r["alloc"]) for r in load(args.results) if r.get("status") == "ok"}
     tmp_dir = os.path.dirname(os.path.abspath(args.results))
-    start, launched, skipped = time.monotonic(), 0, 0
+    jobs = []
     for rnd in range(1, args.rounds + 1):
         for wi, w in enumerate(workloads):
             shift = (rnd + wi) % len(allocs)
-            for a in allocs[shift:] + allocs[:shift]:
-                if (rnd, w, a) in done:
-                    continue
-                if time.monotonic() - start > args.budget_s:
-                    skipped += 1
-                    continue
-                out = os.path.join(tmp_dir, f".walltime-{os.getpid()}-{w}-{a}.json")
-                cmd = [sys.executable, os.path.abspath(__file__), "child", "--workload", w, "--alloc", a, "--out", out]
-                t0 = time.monotonic()
-                try:
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                    err = None if p.returncode == 0 else (p.stderr.strip().splitlines() or ["no output"])[-1][:300]
-                except subprocess.TimeoutExpired:
-                    err = f"timed out after {args.timeout} s"
-                rec = {"round": rnd, "workload": w, "alloc": a, "child_s": round(time.monotonic() - t0, 1)}
-                try:
-                    with open(out) as f:
-                        rec.update(json.load(f))
-                    os.remove(out)
-                    rec["status"] = "ok"
-                except (OSError, ValueError):
-                    rec.update(status="failed", error=err or "no result")
-                with open(args.results, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
-                launched += 1
-                shown = f"{rec['median_step_s'] * 1e3:8.2f} ms a step" if rec["status"] == "ok" else f"FAILED: {rec['error']}"
-                print(f"walltime [{time.monotonic() - start:4.0f}s] round {rnd} {w:10s} {a:14s} {shown}", flush=True)
-    if skipped:
-        print(f"walltime: budget of {args.budget_s:g} s spent: {skipped} runs not launched "
-              "(run again with the same --results to go on)")
+            jobs += [(rnd, w, a) for a in allocs[shift:] + allocs[:shift] if (rnd, w, a) not in done]
+    # With --gpus N, N children at once, one a GPU: the allocators of one
+    # workload and round run side by side, on GPUs that change every round.
+    start, running, free = time.monotonic(), [], list(range(args.gpus)) if args.gpus > 1 else [None]
+    while jobs or running:
+        while jobs and free and time.monotonic() - start <= args.budget_s:
+            running.append(start_child(jobs.pop(0), free.pop(0), tmp_dir))
+        if time.monotonic() - start > args.budget_s and jobs:
+            print(f"walltime: budget of {args.budget_s:g} s spent: {len(jobs)} runs not launched "
+                  "(run again with the same --results to go on)")
+            jobs = []
+        time.sleep(0.2)
+        for c in [c for c in running if c["proc"].poll() is not None or time.monotonic() - c["t0"] > args.timeout]:
+            finish_child(c, args.results, start, args.timeout)
+            running.remove(c)
+            free.append(c["gpu"])
     table(args.results)
 
 
@@ -197,14 +232,24 @@ def table(path):
     for w in workloads:
         torch_best = min((med[w, a] for a in ("native", "expandable") if (w, a) in med), default=None)
         parts = []
-        for a in ("xsalloc", "xsalloc_decay", "xsalloc_off"):
+        for a in ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off"):
             if (w, a) not in med:
                 continue
             s = f"{a} {med[w, a] / torch_best:.3f}x torch" if torch_best else a
             if a != "xsalloc_off" and (w, "xsalloc_off") in med:
                 s += f", {med[w, a] / med[w, 'xsalloc_off']:.3f}x off"
-            flag = torch_best and med[w, a] / torch_best > 1.02
+            flag = (torch_best and med[w, a] / torch_best > 1.02) or (
+                a != "xsalloc_off" and (w, "xsalloc_off") in med and med[w, a] / med[w, "xsalloc_off"] > 1.02)
             parts.append(s + (" (!)" if flag else ""))
+        print(f"  {w:10s} " + "; ".join(parts))
+    print("\nPeak reserved / peak allocated, median of the runs [min-max]")
+    for w in workloads:
+        parts = []
+        for a in allocs:
+            v = [r["peak_reserved"] / r["peak_allocated"] for r in rows
+                 if r["workload"] == w and r["alloc"] == a and r.get("peak_allocated")]
+            if v:
+                parts.append(f"{a} {statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}]")
         print(f"  {w:10s} " + "; ".join(parts))
     if failed:
         print(f"\n{len(failed)} failed runs, e.g. {failed[-1]['workload']} {failed[-1]['alloc']}: {failed[-1].get('error')}")
@@ -228,6 +273,7 @@ def main(argv):
     p.add_argument("--allocs", default=",".join(ALLOCS))
     p.add_argument("--budget-s", type=float, default=540, help="no child is launched after this (540)")
     p.add_argument("--timeout", type=float, default=240, help="seconds a child may run (240)")
+    p.add_argument("--gpus", type=int, default=1, help="children at once, one a GPU (1: one at a time)")
     run(p.parse_args(argv[1:] if argv and argv[0] == "run" else argv))
 
 

@@ -350,6 +350,40 @@ static void test_pages_readied_where_a_growth_ended_below_the_peak(void **state)
     teardown(p);
 }
 
+static void test_readied_pages_a_growth_overtook_never_raise_the_peak(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, helper_only);
+    /* a [0, 2) MiB stays; a 4 MiB burst sets the peak at 6, empty_cache
+     * takes it back; b's growth of one page is to be readied ahead. */
+    void *a = alloc(p, 2 * MiB, S0);
+    release(p, alloc(p, 4 * MiB, S0));
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    void *b = alloc(p, 2 * MiB, S0);
+    assert_int_equal(reserved(p), 4 * MiB);
+    /* The helper holds the page after b and maps it outside the lock;
+     * meanwhile the stream misses again and grows elsewhere, to the peak. */
+    xsa_pool_jobs jobs;
+    xsa_pool_jobs_plan(p, 0, &jobs);
+    check(p);
+    assert_int_equal(jobs.n, 1);
+    void *c = alloc(p, 2 * MiB, S0);
+    assert_int_equal(reserved(p), 6 * MiB);
+    xsa_pool_jobs_run(&jobs);
+    xsa_pool_jobs_commit(p, &jobs);
+    check(p);
+    /* The readied page would raise the peak to 8 MiB: it goes back to the
+     * driver (by the next round, off the allocation path) instead. */
+    assert_int_equal(reserved(p), 6 * MiB);
+    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].peak, 6 * MiB);
+    round_at(p, TICK);
+    assert_int_equal(usage().handle_bytes, 6 * MiB);
+    assert_int_equal(reserved(p), 6 * MiB);
+    release(p, c);
+    release(p, b);
+    release(p, a);
+    teardown(p);
+}
+
 static void test_old_addresses_are_unmapped_off_the_allocation_path(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, helper_recycling);
@@ -468,6 +502,7 @@ int main(void) {
         cmocka_unit_test(test_decay_off_or_helper_off_does_nothing),
         cmocka_unit_test(test_stats_peaks_stay_the_users),
         cmocka_unit_test(test_pages_readied_where_a_growth_ended_below_the_peak),
+        cmocka_unit_test(test_readied_pages_a_growth_overtook_never_raise_the_peak),
         cmocka_unit_test(test_old_addresses_are_unmapped_off_the_allocation_path),
         cmocka_unit_test(test_a_failed_unmap_keeps_the_pages_and_reaches_the_next_malloc),
         cmocka_unit_test(test_a_failed_release_keeps_the_handle_for_later),
