@@ -165,31 +165,50 @@ int xsa_bursty_make(const xsa_bursty_shape *s, xsa_bursty *out, char *err, size_
     return rc;
 }
 
+#define RECENT 50000 /* events: several steps of a recorded training run */
+
 int xsa_bursty_load(const char *path, uint64_t above, xsa_bursty *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (xsa_trace_load(path, &out->trace, err, errlen)) return -1;
     const xsa_trace *t = &out->trace;
-    uint64_t *bytes = calloc(t->n_ids ? t->n_ids : 1, sizeof *bytes);
-    size_t *start = malloc((t->n_events + 1) * sizeof *start);
+    uint64_t *bytes = calloc(t->n_ids ? t->n_ids : 1, sizeof *bytes), *live = malloc((t->n_events + 1) * sizeof *live);
     out->burst_end = malloc((t->n_events + 1) * sizeof *out->burst_end);
     out->next_burst = malloc((t->n_events + 1) * sizeof *out->next_burst);
-    if (!bytes || !start || !out->burst_end || !out->next_burst) {
-        free(bytes), free(start);
+    if (!bytes || !live || !out->burst_end || !out->next_burst) {
+        free(bytes), free(live);
         xsa_bursty_free(out);
         return fail(err, errlen, "out of host memory");
     }
-    uint64_t live = 0;
-    bool in_burst = false;
+    live[0] = 0; /* live[e]: after e events */
     for (size_t e = 0; e < t->n_events; e++) {
         const xsa_trace_event *ev = &t->events[e];
-        if (ev->kind == XSA_TRACE_ALLOC) live += bytes[ev->id] = ev->bytes;
-        else if (ev->kind == XSA_TRACE_FREE) live -= bytes[ev->id];
-        if (!in_burst && live > above) start[out->n_bursts] = e, in_burst = true;
-        else if (in_burst && live <= above) out->burst_end[out->n_bursts++] = e + 1, in_burst = false;
+        live[e + 1] = live[e];
+        if (ev->kind == XSA_TRACE_ALLOC) live[e + 1] += bytes[ev->id] = ev->bytes;
+        else if (ev->kind == XSA_TRACE_FREE) live[e + 1] -= bytes[ev->id];
+    }
+    /* A burst rises above `above`: it starts where live memory last sat
+     * near its low of the RECENT events before (within a twentieth of the
+     * way to `above`: its ramp is no step's) and ends where live memory is
+     * back there (its last frees). */
+    size_t from = 0, *start = out->next_burst;
+    for (size_t e = 1; e <= t->n_events; e++) {
+        if (live[e] <= above || live[e - 1] > above) continue;
+        uint64_t low = UINT64_MAX;
+        for (size_t i = e - from > RECENT ? e - RECENT : from; i < e; i++)
+            if (live[i] < low) low = live[i];
+        size_t s0 = e - 1;
+        while (s0 > from && live[s0] > low + (above - low) / 20) s0--;
+        uint64_t near = low + (above - low) / 20;
+        size_t end = e;
+        while (end < t->n_events && live[end] > near) end++;
+        if (live[end] > near) break; /* the trace ends inside the burst */
+        start[out->n_bursts] = s0;
+        out->burst_end[out->n_bursts++] = end;
+        from = e = end;
     }
     for (size_t i = 0; i < out->n_bursts; i++) out->next_burst[i] = i + 1 < out->n_bursts ? start[i + 1] : t->n_events;
     free(bytes);
-    free(start);
+    free(live);
     if (out->n_bursts) return 0;
     snprintf(err, errlen, "bursty: %s: live memory is never above %.2f GB: no burst", path, above / 1e9);
     xsa_bursty_free(out);
@@ -217,4 +236,16 @@ void xsa_bursty_settle(const xsa_bursty *b, uint64_t event_ns, const int64_t *al
             if ((double)reserved[e] <= 1.05 * (double)live) settle[i] = waited;
         }
     }
+}
+
+double xsa_bursty_settled(const xsa_bursty *b, const int64_t *allocated, const int64_t *reserved) {
+    double worst = 0;
+    for (size_t i = 0; i < b->n_bursts; i++) {
+        int64_t live = 0;
+        for (size_t e = b->burst_end[i]; e <= b->next_burst[i]; e++)
+            if (allocated[e] > live) live = allocated[e];
+        double r = live ? (double)reserved[b->next_burst[i]] / (double)live : 0;
+        if (r > worst) worst = r;
+    }
+    return worst;
 }

@@ -41,9 +41,11 @@ typedef struct xsa_bursty {
 /* Makes the trace; 0, or -1 with a sentence in err. */
 int xsa_bursty_make(const xsa_bursty_shape *shape, xsa_bursty *out, char *err, size_t errlen);
 /* A recorded trace as a bursty workload (benchmarks/gpu/bursty.py
- * --record): a burst is each stretch where live memory is above `above`
- * bytes; it ends at the event that takes live memory back to it or below.
- * 0, or -1 with a sentence in err (no burst is an error). */
+ * --record): a burst is each stretch where live memory rises above
+ * `above` bytes, from where live memory last sat near its lowest before
+ * (the end of the step before it: its ramp belongs to the burst) to where
+ * it is near that low again (the burst's last frees). 0, or -1 with a
+ * sentence in err (no burst is an error). */
 int xsa_bursty_load(const char *path, uint64_t above, xsa_bursty *out, char *err, size_t errlen);
 void xsa_bursty_free(xsa_bursty *b);
 
@@ -56,5 +58,9 @@ void xsa_bursty_free(xsa_bursty *b);
  * never). */
 void xsa_bursty_settle(const xsa_bursty *b, uint64_t event_ns, const int64_t *allocated, const int64_t *reserved,
                        int64_t *settle);
+/* Where reserved memory settled: the highest, over the bursts, of
+ * reserved memory just before the next burst (or the trace's end) over
+ * the highest allocated bytes since the burst's end. */
+double xsa_bursty_settled(const xsa_bursty *b, const int64_t *allocated, const int64_t *reserved);
 
 #endif

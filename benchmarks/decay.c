@@ -4,7 +4,7 @@
  *
  *   bazel run //benchmarks:decay -- [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR]
  *                                   [--no-traces] [--steps N] [--burst-every N] [--sync-ms N]
- *                                   [--trace FILE --burst-above GB]
+ *                                   [--trace FILE --burst-above GB] [--series FILE]
  *
  * Design: every replay is trace/replay's with trace time (event i at i x
  * event_us) and the helper, when on, in manual mode on that clock, so the
@@ -17,7 +17,8 @@
  * long for the GPU after each step, as a GPU-bound loop does, its steps
  * queued in a fraction of their time; or --trace, a recorded one with
  * its waits, benchmarks/gpu/bursty.py --record, its bursts where live
- * memory is above --burst-above) at each lag: peak reserved / peak allocated, reserved memory
+ * memory is above --burst-above; --series writes its samples with decay
+ * on, at the first lag, as CSV) at each lag: peak reserved / peak allocated, reserved memory
  * integrated over trace time (GB·s), how long after each burst reserved
  * memory took to come within 5% of the live memory that followed (median
  * and longest; "never" when it did not before the next burst), and the
@@ -43,7 +44,7 @@
 #define GB 1e9
 
 typedef struct options {
-    const char *event_us, *decay_ms, *lags_arg, *traces, *sync_ms, *steps, *burst_every, *trace, *burst_above;
+    const char *event_us, *decay_ms, *lags_arg, *traces, *sync_ms, *steps, *burst_every, *trace, *burst_above, *series;
     uint64_t event_ns;
     unsigned decay;
     xsa_bursty_shape shape;
@@ -104,7 +105,24 @@ static void settle_cell(const xsa_bursty *b, const samples *s, uint64_t event_ns
     free(settle);
 }
 
-#define ROW1 "| %-13s | %5s | %9s | %9s | %6s | %9s | %-22s | %10s | %10s | %5s |\n"
+/* --series: "t_s,allocated,reserved" after every event of the decay mode's
+ * first lag (trace time: events and the trace's waits). */
+static int write_series(const char *path, const xsa_bursty *b, uint64_t event_ns, const samples *s) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "decay: cannot write %s\n", path);
+        return -1;
+    }
+    fputs("t_s,allocated,reserved\n", f);
+    uint64_t t = 0;
+    for (size_t e = 0; e <= b->trace.n_events; e++) {
+        if (e) t += event_ns + (b->trace.wait_ns ? b->trace.wait_ns[e - 1] : 0);
+        fprintf(f, "%.6f,%" PRId64 ",%" PRId64 "\n", t * 1e-9, s->allocated[e], s->reserved[e]);
+    }
+    return fclose(f) ? -1 : 0;
+}
+
+#define ROW1 "| %-13s | %5s | %9s | %9s | %6s | %9s | %-22s | %7s | %10s | %10s | %5s |\n"
 
 static int bursty_table(const options *o) {
     const xsa_bursty_shape shape = o->shape;
@@ -127,9 +145,9 @@ static int bursty_table(const options *o) {
         printf("\nThe bursty workload (%u steps, an evaluation of twice the activations after every %u; %zu events, "
                "%.0f us an event, a wait of %.0f ms for the GPU after each step, page_decay_ms %u)\n\n", shape.steps,
                shape.burst_every, n, o->event_ns / 1e3, shape.sync_ns / 1e6, o->decay);
-    printf(ROW1, "mode", "lag", "peak alloc", "peak resv", "ratio", "resv GB·s", "within 5% after a burst",
+    printf(ROW1, "mode", "lag", "peak alloc", "peak resv", "ratio", "resv GB·s", "within 5% after a burst", "settled",
            "path ms", "helper ms", "viol.");
-    printf("|---------------|-------|-----------|-----------|--------|-----------|------------------------|------------|------------|-------|\n");
+    printf("|---------------|-------|-----------|-----------|--------|-----------|------------------------|---------|------------|------------|-------|\n");
     int failed = 0;
     for (int m = 0; m < N_MODES; m++)
         for (int l = 0; l < o->n_lags; l++) {
@@ -139,6 +157,7 @@ static int bursty_table(const options *o) {
                 failed = 1;
                 continue;
             }
+            if (o->series && m == N_MODES - 1 && l == 0 && write_series(o->series, &b, o->event_ns, &s)) failed = 1;
             char alloc[16], resv[16], ratio[16], gbs[16], settle[48], path[16], helper[16], viol[16], lag[16];
             snprintf(lag, sizeof lag, "%" PRId64, o->lags[l]);
             snprintf(alloc, sizeof alloc, "%.2f GB", r.peak_allocated / GB);
@@ -146,10 +165,12 @@ static int bursty_table(const options *o) {
             snprintf(ratio, sizeof ratio, "%.4f", r.ratio);
             snprintf(gbs, sizeof gbs, "%.1f", r.reserved_gb_s);
             settle_cell(&b, &s, o->event_ns, settle, sizeof settle);
+            char settled[16];
+            snprintf(settled, sizeof settled, "%.3f", xsa_bursty_settled(&b, s.allocated, s.reserved));
             snprintf(path, sizeof path, "%.1f", (r.est_h100_driver_ns - r.helper_est_h100_ns) / 1e6);
             snprintf(helper, sizeof helper, "%.1f", r.helper_est_h100_ns / 1e6);
             snprintf(viol, sizeof viol, "%" PRIu64, r.violations);
-            printf(ROW1, mode_name[m], lag, alloc, resv, ratio, gbs, settle, path, helper, viol);
+            printf(ROW1, mode_name[m], lag, alloc, resv, ratio, gbs, settle, settled, path, helper, viol);
         }
     free(s.allocated);
     free(s.reserved);
@@ -205,7 +226,8 @@ static int traces_table(const options *o, const char *argv0) {
 
 static int usage(void) {
     fprintf(stderr, "usage: decay [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR] [--no-traces]\n"
-                    "             [--steps N] [--burst-every N] [--sync-ms N] [--trace FILE --burst-above GB]\n");
+                    "             [--steps N] [--burst-every N] [--sync-ms N] [--trace FILE --burst-above GB]\n"
+                    "             [--series FILE]\n");
     return 2;
 }
 
@@ -240,9 +262,9 @@ int main(int argc, char **argv) {
     const xsa_cli_option opts[] = {
         {"--event-us", &o.event_us}, {"--decay-ms", &o.decay_ms}, {"--lags", &o.lags_arg}, {"--traces", &o.traces},
         {"--sync-ms", &o.sync_ms},   {"--steps", &o.steps},       {"--burst-every", &o.burst_every},
-        {"--trace", &o.trace},       {"--burst-above", &o.burst_above},
+        {"--trace", &o.trace},       {"--burst-above", &o.burst_above}, {"--series", &o.series},
     };
-    if (xsa_cli_parse(n, args, opts, 9, NULL, 0, NULL) != XSA_CLI_OK) return usage();
+    if (xsa_cli_parse(n, args, opts, 10, NULL, 0, NULL) != XSA_CLI_OK) return usage();
     long long v;
     if (!o.trace != !o.burst_above) return usage();
     if (o.burst_above) {
@@ -275,7 +297,8 @@ int main(int argc, char **argv) {
     int rc = bursty_table(&o);
     if (!o.no_traces && traces_table(&o, argv[0])) rc = -1;
     printf("\nratio: peak reserved / peak allocated. GB·s: reserved memory over trace time. Within 5%%: from a\n"
-           "burst's end to reserved <= 1.05 x the live peak until the next burst (median / longest). path ms and\n"
+           "burst's end to reserved <= 1.05 x the live peak until the next burst (median / longest). settled: the\n"
+           "highest reserved / that live peak just before a burst (the last: the trace's end). path ms and\n"
            "helper ms: the simulated driver's H100 estimate of the driver calls on the allocation path and on the\n"
            "helper's thread (sim/cost.c).\n");
     return rc ? 1 : 0;

@@ -294,13 +294,9 @@ bool xsa_decay_give_back(xsa_pool *p, xsa_block *b) {
     return true;
 }
 
-/* Chooses what goes at this tick: old runs, oldest first, from their
- * high end, while reserved stays above the bound. */
-static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
-    double bound = (1.0 + p->opt.page_recycling_headroom) * (double)need;
-    if ((double)p->reserved <= bound) return;
-    size_t budget = (size_t)(((double)p->reserved - bound) / (double)p->page_size);
-    uint64_t span = window_ns(p), before = stamp > span ? stamp - span : 0;
+/* Takes runs of free pages all free since `before` or earlier, oldest
+ * first, each from its high end in whole chunks, within *budget pages. */
+static void take_runs(xsa_pool *p, xsa_decay *d, uint64_t before, size_t *budget) {
     size_t n = 0, cap = 0;
     run *runs = NULL;
     for (xsa_seg *s = p->segments; s; s = s->next_seg) {
@@ -317,18 +313,28 @@ static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
         }
     }
     if (n) qsort(runs, n, sizeof *runs, older_first);
-    for (size_t i = 0; i < n && budget; i++) {
+    for (size_t i = 0; i < n && *budget; i++) {
         const xsa_seg *s = runs[i].block->seg;
         size_t lo = runs[i].hi, start;
         while (lo > runs[i].lo) { /* whole chunks from the high end, within the budget */
-                xsa_segment_chunk(&s->vm, lo - 1, &start);
-            if (runs[i].hi - start > budget) break;
+            xsa_segment_chunk(&s->vm, lo - 1, &start);
+            if (runs[i].hi - start > *budget) break;
             lo = start;
         }
         if (lo == runs[i].hi || !take(p, d, runs[i].block, lo, runs[i].hi)) continue;
-        budget -= runs[i].hi - lo;
+        *budget -= runs[i].hi - lo;
     }
     free(runs);
+}
+
+/* Chooses what goes at this tick: old runs, oldest first, from their
+ * high end, while reserved stays above the bound. */
+static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
+    double bound = (1.0 + p->opt.page_recycling_headroom) * (double)need;
+    if ((double)p->reserved <= bound) return;
+    size_t budget = (size_t)(((double)p->reserved - bound) / (double)p->page_size);
+    uint64_t span = window_ns(p), before = stamp > span ? stamp - span : 0;
+    take_runs(p, d, before, &budget);
 }
 
 /* ---- the tick and the round ---- */

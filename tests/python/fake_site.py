@@ -1,27 +1,31 @@
-"""Stand-ins for torch and cupy that child processes import from a directory on PYTHONPATH
-(tests/python/test_run.py, test_children.py, test_adapter_build.py).
+"""Stand-ins for torch and cupy: written as packages that child processes import from a
+directory on PYTHONPATH (tests/python/test_run.py, test_children.py, test_adapter_build.py),
+and their shared classes for the in-process stand-ins of test_xsalloc.py (`classes`).
 
 Design: just what xsalloc.run, xsalloc.torch and xsalloc.cupy touch, each
-telling whether xsalloc became its allocator. torch.utils.cpp_extension.load
-stands in for the adapter's build at first use: it builds nothing, but it
-behaves as torch's does where the tests look. It skips what is built
-already (a 'built' file in the build directory), holds torch's FileBaton
-(a 'lock' file there) while it 'builds' for $FAKE_BUILD_S seconds, appends
-its pid to 'builds' there, and gives a stand-in adapter module whose
-install() makes "the adapter" torch's allocator. $FAKE_TORCH_VERSION is
-torch.__version__.
+telling whether xsalloc became its allocator. The classes both kinds share
+(torch's pluggable allocator and the hooks its native allocator takes,
+cupy's memory objects and its out-of-memory error) are one source text,
+written into the packages and executed for test_xsalloc.py.
+torch.utils.cpp_extension.load stands in for the adapter's build at first
+use: it builds nothing, but it behaves as torch's does where the tests
+look. It skips what is built already (a 'built' file in the build
+directory), holds torch's FileBaton (a 'lock' file there) while it
+'builds' for $FAKE_BUILD_S seconds, appends its pid to 'builds' there,
+and gives a stand-in adapter module whose install() makes "the adapter"
+torch's allocator. $FAKE_TORCH_VERSION is torch.__version__.
 """
 
 import os
 import textwrap
 
-FAKE_TORCH = """\
-import ctypes, os, types
+# torch.cuda.memory.CUDAPluggableAllocator as xsalloc.torch uses it: it
+# loads the library's malloc and free as torch does, and its allocator()
+# takes the set_* hooks (recorded by name).
+PLUGGABLE = """\
+import ctypes
 
-__version__ = os.environ.get("FAKE_TORCH_VERSION", "2.99.0+fake")
-version = types.SimpleNamespace(cuda="13.0")
-
-class _Native:
+class Native:
     def __init__(self):
         self.hooks = {}
 
@@ -30,16 +34,48 @@ class _Native:
             return lambda address: self.hooks.__setitem__(name, address)
         raise AttributeError(name)
 
-class _Pluggable:
+class CUDAPluggableAllocator:
     def __init__(self, path, alloc_fn_name, free_fn_name):
-        so = ctypes.CDLL(path)
+        so = ctypes.CDLL(path)  # what torch does
         self.fns = [ctypes.cast(getattr(so, n), ctypes.c_void_p).value for n in (alloc_fn_name, free_fn_name)]
-        self.native = _Native()
+        self.native = Native()
 
     def allocator(self):
         return self.native
+"""
 
-memory = types.SimpleNamespace(installed=None, CUDAPluggableAllocator=_Pluggable, memory_stats_as_nested_dict=None)
+# cupy.cuda.memory's classes xsalloc.cupy uses.
+CUPY_MEMORY = """\
+class UnownedMemory:
+    def __init__(self, ptr, size, owner, device_id):
+        self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
+
+class MemoryPointer:
+    def __init__(self, mem, offset):
+        self.mem, self.ptr = mem, mem.ptr + offset
+
+class OutOfMemoryError(MemoryError):
+    def __init__(self, size, total, limit=0):
+        super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes).")
+"""
+
+
+def classes():
+    """The shared stand-in classes, by name (for in-process stand-ins)."""
+    ns = {}
+    exec(PLUGGABLE, ns)
+    exec(CUPY_MEMORY, ns)
+    return ns
+
+
+FAKE_TORCH = """\
+import os, types
+""" + PLUGGABLE + """
+__version__ = os.environ.get("FAKE_TORCH_VERSION", "2.99.0+fake")
+version = types.SimpleNamespace(cuda="13.0")
+
+memory = types.SimpleNamespace(installed=None, CUDAPluggableAllocator=CUDAPluggableAllocator,
+                               memory_stats_as_nested_dict=None)
 memory.change_current_allocator = lambda allocator: setattr(memory, "installed", allocator)
 memory._get_current_allocator = lambda: memory.installed
 cuda = types.SimpleNamespace(memory=memory, is_initialized=lambda: False,
@@ -65,18 +101,11 @@ def load(name, sources, build_directory, is_python_module=True, **kw):
     return module
 """
 
-FAKE_CUPY = """\
+FAKE_CUPY = CUPY_MEMORY + """
 import types
 
-class UnownedMemory:
-    def __init__(self, ptr, size, owner, device_id):
-        self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
-
-class MemoryPointer:
-    def __init__(self, mem, offset):
-        self.mem, self.ptr = mem, mem.ptr + offset
-
-memory = types.SimpleNamespace(UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer, OutOfMemoryError=MemoryError)
+memory = types.SimpleNamespace(UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer,
+                               OutOfMemoryError=OutOfMemoryError)
 cuda = types.SimpleNamespace(memory=memory, allocator=None, runtime=types.SimpleNamespace(getDevice=lambda: 0),
                              get_current_stream=lambda: types.SimpleNamespace(ptr=0))
 cuda.set_allocator = lambda fn: setattr(cuda, "allocator", fn)

@@ -22,6 +22,7 @@ import tempfile
 import types
 import unittest
 
+import fake_site
 import xsalloc
 import xsalloc.cupy
 import xsalloc.torch
@@ -353,28 +354,10 @@ def fake_torch(cuda_initialized=False):
                                  _get_device_index=lambda device, optional=False: 0 if device is None else int(device))
     memory = types.SimpleNamespace(installed=None, memory_stats_as_nested_dict=None)
 
-    class Native:
-        def __init__(self):
-            self.hooks = {}
-
-        def __getattr__(self, name):
-            if name.startswith("set_"):
-                return lambda address: self.hooks.__setitem__(name, address)
-            raise AttributeError(name)
-
-    class CUDAPluggableAllocator:
-        def __init__(self, path, alloc_fn_name, free_fn_name):
-            so = ctypes.CDLL(path)  # what torch does
-            self.fns = [ctypes.cast(getattr(so, n), ctypes.c_void_p).value for n in (alloc_fn_name, free_fn_name)]
-            self.native = Native()
-
-        def allocator(self):
-            return self.native
-
     def change_current_allocator(allocator):
         memory.installed = allocator
 
-    memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+    memory.CUDAPluggableAllocator = fake_site.classes()["CUDAPluggableAllocator"]
     memory.change_current_allocator = change_current_allocator
     cuda.memory = memory
     torch.cuda = cuda
@@ -631,18 +614,9 @@ def fake_cupy(stream_ptr=0):
     """A stand-in for cupy with what xsalloc.cupy touches."""
     cupy = types.ModuleType("cupy")
 
-    class UnownedMemory:
-        def __init__(self, ptr, size, owner, device_id):
-            self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
-
-    class MemoryPointer:
-        def __init__(self, mem, offset):
-            self.mem, self.ptr = mem, mem.ptr + offset
-
-    class OutOfMemoryError(MemoryError):
-        def __init__(self, size, total, limit=0):
-            super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes).")
-
+    shared = fake_site.classes()
+    UnownedMemory, MemoryPointer, OutOfMemoryError = (shared[n] for n in ("UnownedMemory", "MemoryPointer",
+                                                                          "OutOfMemoryError"))
     memory = types.SimpleNamespace(UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer,
                                    OutOfMemoryError=OutOfMemoryError)
     cuda = types.SimpleNamespace(memory=memory, allocator=None,
