@@ -1,9 +1,9 @@
 """Reserved and live memory over GPT-2 training with evaluation bursts, per allocator, and an SVG of it.
 
     bursty.py [--steps 60] [--burst-every 10] [--modes M,...] [--out DIR] [--timeout 240] [--decay-ms 500]
-              [--record MODE] [--snapshot-after S]
+              [--record MODE] [--snapshot-steps N,...]
     bursty.py child --mode M --steps N --burst-every K --out FILE [--decay-ms D] [--record FILE]
-                    [--snapshot FILE --snapshot-after S]
+                    [--snapshot PREFIX --snapshot-steps N,...]
 
 Design: every mode is one child process (the allocator is chosen when the
 process starts). The child trains GPT-2 small, built from transformers'
@@ -24,8 +24,8 @@ of reserved memory is within 5% of the live peak before the next burst is
 measured (issue 33: under 1 s with decay on). --record MODE writes that
 mode's allocation trace with its waits, to replay on the simulated
 driver (bazel run //benchmarks:replay -- --trace FILE, trace time on);
---snapshot-after S writes each mode's memory_snapshot() S seconds after
-the first burst: where reserved memory sits then.
+--snapshot-steps N,... writes each mode's memory_snapshot() after those
+steps: where reserved memory sits before and after a burst.
 
 Modes: xsalloc_decay (helper_thread:True,page_decay_ms:500), xsalloc_off
 (helper_thread:False), native, native_ec, expandable, expandable_ec.
@@ -117,10 +117,9 @@ def child(args):
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         step_times.append(time.perf_counter() - s0)
-        if args.snapshot and bursts and time.perf_counter() - t0 - bursts[0][1] >= args.snapshot_after:
-            with open(args.snapshot, "w") as f:
+        if args.snapshot and i in args.snapshot_steps:
+            with open(f"{args.snapshot}-step{i}.json", "w") as f:
                 json.dump(torch.cuda.memory_snapshot(), f)
-            args.snapshot = None
         if i % args.burst_every or i == args.steps:
             continue
         if bursts:
@@ -216,9 +215,9 @@ def main(argv):
         p.add_argument("--decay-ms", type=int, default=500)
         p.add_argument("--out", required=True)
         p.add_argument("--record", help="write the run's allocation trace, with its waits, here")
-        p.add_argument("--snapshot", help="write torch.cuda.memory_snapshot() here, once, --snapshot-after s "
-                                          "after the first burst's end (at a step's end)")
-        p.add_argument("--snapshot-after", type=float, default=0.9)
+        p.add_argument("--snapshot", metavar="PREFIX",
+                       help="write torch.cuda.memory_snapshot() to PREFIX-stepN.json after each step N of --snapshot-steps")
+        p.add_argument("--snapshot-steps", type=lambda v: {int(x) for x in v.split(",") if x}, default=set())
         child(p.parse_args(argv[1:]))
         return
     p = argparse.ArgumentParser(prog="bursty.py", description=__doc__.splitlines()[0])
@@ -231,9 +230,9 @@ def main(argv):
     p.add_argument("--record", metavar="MODE",
                    help="also write MODE's allocation trace with its waits (trace/trace.h's 'w' lines), "
                         "bursty-MODE.trace.gz in --out, for replays on the simulated driver")
-    p.add_argument("--snapshot-after", type=float, metavar="S",
-                   help="each mode writes bursty-MODE.snapshot.json, its memory_snapshot() S s after the first "
-                        "burst's end: where reserved memory sits")
+    p.add_argument("--snapshot-steps", metavar="N,...",
+                   help="each mode writes bursty-MODE.snapshot-stepN.json, its memory_snapshot() after step N: "
+                        "where reserved memory sits (before a burst, after it)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     records = []
@@ -241,9 +240,9 @@ def main(argv):
         path = os.path.join(args.out, f"bursty-{mode}.json")
         cmd = [sys.executable, os.path.abspath(__file__), "child", "--mode", mode, "--steps", str(args.steps),
                "--burst-every", str(args.burst_every), "--decay-ms", str(args.decay_ms), "--out", path]
-        if args.snapshot_after is not None:
-            cmd += ["--snapshot", os.path.join(args.out, f"bursty-{mode}.snapshot.json"),
-                    "--snapshot-after", str(args.snapshot_after)]
+        if args.snapshot_steps:
+            cmd += ["--snapshot", os.path.join(args.out, f"bursty-{mode}.snapshot"), "--snapshot-steps",
+                    args.snapshot_steps]
         if mode == args.record:
             cmd += ["--record", os.path.join(args.out, f"bursty-{mode}.trace.gz")]
         t0 = time.monotonic()
