@@ -32,7 +32,11 @@
  * thread again if it ran; the child starts one at its first wake. Manual
  * mode (tests, simulated replays) never starts the thread: xsa_helper_poll
  * does the due rounds on the caller's thread, with the injected clock, so
- * runs are deterministic.
+ * runs are deterministic. With deferred commits, a round's jobs commit N
+ * polls later instead, so the caller's next allocator calls fall between
+ * a job's driver calls and its commit, as they can with the thread (the
+ * window where the readying race lived); stopping the helper or turning
+ * the mode off commits what waits.
  */
 #include "api/helper.h"
 
@@ -54,6 +58,7 @@ static struct {
     bool running;              /* started and not joined */
     bool woken;                /* a pool asked for a round since the thread last looked */
     bool manual;
+    unsigned deferred;         /* manual mode: a round's jobs commit this many polls later */
     bool atfork;               /* handlers registered */
     bool restart;              /* running when a fork began: the parent starts it again */
     bool forking;              /* between the fork's prepare and parent or child handler: no start */
@@ -110,9 +115,37 @@ static bool lock_to_plan(xsa_device_slot *s, bool thread) {
     return true;
 }
 
+/* Deferred commits (manual mode): device d's jobs run, waiting for the
+ * next poll to commit. Touched by the polling thread only. */
+static struct {
+    xsa_pool *pool;
+    xsa_pool_jobs jobs;
+    bool waiting;
+    unsigned polls;            /* polls still to wait */
+} pending[XSA_MAX_DEVICES];
+
+/* Commits device d's waiting jobs (`now`: only once their polls are
+ * over); false while they wait, or if the device's lock is the caller's
+ * own (inside a callback). */
+static bool commit_pending(int d, bool now) {
+    if (!pending[d].waiting) return true;
+    if (!now && pending[d].polls && pending[d].polls--) return false;
+    xsa_device_slot *s = &xsa_devices.slot[d];
+    if (!xsa_device_lock_acquire(&s->lock)) return false;
+    xsa_pool_jobs_commit(pending[d].pool, &pending[d].jobs);
+    pending[d].waiting = false;
+    xsa_device_lock_release(&s->lock);
+    return true;
+}
+
+static void commit_all_pending(void) {
+    for (int d = 0; d < XSA_MAX_DEVICES; d++) commit_pending(d, true);
+}
+
 /* The rounds due on device d at `now`; when the next one is due. */
 static uint64_t rounds_on(int d, uint64_t now, bool thread) {
     xsa_device_slot *s = &xsa_devices.slot[d];
+    if (!thread && !commit_pending(d, false)) return now + 1;
     for (;;) {
         if (!lock_to_plan(s, thread)) return UINT64_MAX;
         xsa_pool *p = s->pool;
@@ -131,6 +164,13 @@ static uint64_t rounds_on(int d, uint64_t now, bool thread) {
         xsa_pool_jobs_plan(p, now, &jobs);
         xsa_device_lock_release(&s->lock);
         xsa_pool_jobs_run(&jobs);
+        if (!thread && h.deferred) { /* the caller goes on before the commit, as with the thread */
+            pending[d].pool = p;
+            pending[d].jobs = jobs;
+            pending[d].waiting = true;
+            pending[d].polls = h.deferred - 1;
+            return now + 1;
+        }
         /* A planned job always commits: this thread took the lock to plan,
          * so it is in no callback that holds it, and the acquire succeeds. */
         bool held = xsa_device_lock_acquire(&s->lock);
@@ -231,6 +271,7 @@ void xsa_helper_stop(void) {
     pthread_mutex_lock(&h.lock);
     stop_locked();
     pthread_mutex_unlock(&h.lock);
+    commit_all_pending();
 }
 
 void xsa_helper_set_manual(bool manual) {
@@ -238,6 +279,14 @@ void xsa_helper_set_manual(bool manual) {
     if (manual) stop_locked();
     h.manual = manual;
     pthread_mutex_unlock(&h.lock);
+    if (!manual) commit_all_pending();
+}
+
+void xsa_helper_set_deferred_commit(unsigned polls) {
+    pthread_mutex_lock(&h.lock);
+    h.deferred = polls;
+    pthread_mutex_unlock(&h.lock);
+    if (!polls) commit_all_pending();
 }
 
 bool xsa_helper_running(void) {

@@ -38,6 +38,11 @@ uint64_t xsa_helper_now(void);
 /* Manual mode (tests, simulated replays): the thread is stopped and never
  * started; the rounds run in xsa_helper_poll. */
 void xsa_helper_set_manual(bool manual);
+/* Manual mode: a round's jobs commit at the polls-th xsa_helper_poll
+ * after it (or when the helper stops, or this is set to 0), not at once:
+ * the caller's allocator calls in between fall between their driver
+ * calls and their commit, as they can with the thread. */
+void xsa_helper_set_deferred_commit(unsigned polls);
 
 /* The rounds due at the helper's clock's now, on the calling thread, for
  * every device with a pool (the caller holds no device lock); the time

@@ -4,11 +4,13 @@
  *
  *   bazel run //benchmarks:decay -- [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR]
  *                                   [--no-traces] [--steps N] [--burst-every N] [--sync-ms N]
- *                                   [--trace FILE --burst-above GB] [--series FILE]
+ *                                   [--trace FILE --burst-above GB] [--series FILE] [--commit-lag N]
  *
  * Design: every replay is trace/replay's with trace time (event i at i x
  * event_us) and the helper, when on, in manual mode on that clock, so the
- * figures are deterministic. Three modes: today's default
+ * figures are deterministic (--commit-lag N: its jobs commit N events
+ * after their driver calls, those allocator calls in between, as with the
+ * thread). Three modes: today's default
  * (helper_thread:False), the helper alone (page_decay_ms:0) and the helper
  * with decay (page_decay_ms:N, default XSA_DEFAULT_PAGE_DECAY_MS). The
  * first table replays the bursty workload (benchmarks/bursty.h: 40 steps
@@ -51,6 +53,8 @@ typedef struct options {
     uint64_t above;           /* with trace: bursts are live memory above this */
     int64_t lags[MAX_LAGS];
     int n_lags;
+    const char *deferred;
+    unsigned commit_lag;      /* --commit-lag: the helper's jobs commit this many events late */
     bool no_traces;
 } options;
 
@@ -78,7 +82,7 @@ static int replay(const xsa_trace *t, const options *o, int mode, int64_t lag, s
     char conf[96], err[1024];
     conf_of(mode, o->decay, conf, sizeof conf);
     xsa_replay_options ro = {.driver = "sim", .conf = conf, .gpu_lag = lag, .event_ns = o->event_ns,
-                             .sample = s ? sample : NULL, .sample_ctx = s};
+                             .sample = s ? sample : NULL, .sample_ctx = s, .helper_deferred = o->commit_lag};
     if (xsa_replay(t, &ro, r, err, sizeof err) == 0) return 0;
     fprintf(stderr, "decay: %s, lag %" PRId64 ": %s\n", conf, lag, err);
     return -1;
@@ -227,7 +231,7 @@ static int traces_table(const options *o, const char *argv0) {
 static int usage(void) {
     fprintf(stderr, "usage: decay [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR] [--no-traces]\n"
                     "             [--steps N] [--burst-every N] [--sync-ms N] [--trace FILE --burst-above GB]\n"
-                    "             [--series FILE]\n");
+                    "             [--series FILE] [--commit-lag N]\n");
     return 2;
 }
 
@@ -263,9 +267,14 @@ int main(int argc, char **argv) {
         {"--event-us", &o.event_us}, {"--decay-ms", &o.decay_ms}, {"--lags", &o.lags_arg}, {"--traces", &o.traces},
         {"--sync-ms", &o.sync_ms},   {"--steps", &o.steps},       {"--burst-every", &o.burst_every},
         {"--trace", &o.trace},       {"--burst-above", &o.burst_above}, {"--series", &o.series},
+        {"--commit-lag", &o.deferred},
     };
-    if (xsa_cli_parse(n, args, opts, 10, NULL, 0, NULL) != XSA_CLI_OK) return usage();
+    if (xsa_cli_parse(n, args, opts, 11, NULL, 0, NULL) != XSA_CLI_OK) return usage();
     long long v;
+    if (o.deferred) {
+        if (!xsa_cli_count(o.deferred, 0, 1000000, &v)) return usage();
+        o.commit_lag = (unsigned)v;
+    }
     if (!o.trace != !o.burst_above) return usage();
     if (o.burst_above) {
         char *end;

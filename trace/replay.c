@@ -370,6 +370,7 @@ static int start(xsa_replay_session *s, char *err, size_t errlen) {
     s->event_ns = s->o.event_ns ? s->o.event_ns : s->helper ? XSA_REPLAY_DEFAULT_EVENT_NS : 0;
     if (s->helper) {
         xsa_helper_set_manual(true);
+        xsa_helper_set_deferred_commit(s->o.helper_deferred);
         xsa_helper_set_clock(trace_clock, s);
     }
     return 0;
@@ -406,6 +407,7 @@ xsa_replay_session *xsa_replay_open(const xsa_replay_options *o, char *err, size
 
 int xsa_replay_close(xsa_replay_session *s, char *err, size_t errlen) {
     if (s->helper) {
+        xsa_helper_set_deferred_commit(0); /* commits what waits */
         xsa_helper_set_clock(NULL, NULL);
         xsa_helper_set_manual(false);
     }

@@ -106,6 +106,10 @@ typedef struct xsa_replay_options {
      * and reserved bytes (no peak is reset, unlike `series`). */
     void (*sample)(void *ctx, size_t event, int64_t allocated, int64_t reserved);
     void *sample_ctx;
+    /* With the helper on: its jobs commit this many events after their
+     * driver calls (xsa_helper_set_deferred_commit; 0: at once), the
+     * allocator calls in between, as with the thread. */
+    unsigned helper_deferred;
 } xsa_replay_options;
 
 /* The trace time of an event the replays use by default with the helper

@@ -70,6 +70,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
+    xsa_helper_set_deferred_commit(0);
     xsa_helper_set_manual(false);
     xsa_helper_set_clock(NULL, NULL);
     xsa_sim_clear_faults();
@@ -226,6 +227,57 @@ static void next_rounds(void) {
     }
 }
 
+static size_t handle_bytes(void) {
+    xsa_sim_usage u;
+    xsa_sim_get_usage(&u);
+    return u.handle_bytes;
+}
+
+static int64_t pages_unmapped(void) {
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    return s.num_pages_unmapped;
+}
+
+static void test_deferred_commits_wait_their_polls(void **state) {
+    (void)state;
+    manual_decay_until_taken();
+    xsa_helper_set_deferred_commit(3);
+    /* The job releasing the taken pages runs (the driver has them back)... */
+    for (int i = 0; i < 20 && handle_bytes() > 4 * MiB; i++) {
+        fake_now += MS;
+        xsa_helper_poll();
+    }
+    assert_int_equal(handle_bytes(), 4 * MiB);
+    /* ...and commits at the third poll after its round, not before. */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pages_unmapped(), 0);
+        fake_now += MS;
+        xsa_helper_poll();
+        INVARIANTS(0);
+    }
+    assert_int_equal(pages_unmapped(), 0);
+    fake_now += MS;
+    xsa_helper_poll();
+    assert_int_equal(pages_unmapped(), 19);
+}
+
+static void test_shutdown_commits_a_deferred_job(void **state) {
+    (void)state;
+    manual_decay_until_taken();
+    xsa_helper_set_deferred_commit(1000);
+    for (int i = 0; i < 20 && handle_bytes() > 4 * MiB; i++) {
+        fake_now += MS;
+        xsa_helper_poll();
+    }
+    assert_int_equal(handle_bytes(), 4 * MiB);
+    assert_int_equal(pages_unmapped(), 0);
+    /* Shutdown commits it before the pools go: they release the rest, and
+     * nothing twice (the teardown finds the driver empty). */
+    OK(xsa_shutdown());
+    assert_int_equal(handle_bytes(), 0);
+}
+
 static void test_a_failure_reaches_the_next_malloc_once(void **state) {
     (void)state;
     manual_decay_until_taken();
@@ -299,6 +351,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_shutdown_stops_it_mid_work_and_init_starts_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_stops_it_and_each_side_goes_on, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_turn_it_and_decay_on_and_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_commits_wait_their_polls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shutdown_commits_a_deferred_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_the_next_malloc_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_empty_cache_too, setup, teardown),
         cmocka_unit_test_setup_teardown(test_beside_threads_that_allocate, setup, teardown),
