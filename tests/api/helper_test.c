@@ -239,17 +239,23 @@ static int64_t pages_unmapped(void) {
     return s.num_pages_unmapped;
 }
 
-static void test_deferred_commits_wait_their_polls(void **state) {
-    (void)state;
+/* Decay takes the burst's pages; with commits `polls` late, the job
+ * releasing them runs (the driver has them back) and waits to commit. */
+static void release_job_runs_deferred(unsigned polls) {
     manual_decay_until_taken();
-    xsa_helper_set_deferred_commit(3);
-    /* The job releasing the taken pages runs (the driver has them back)... */
+    xsa_helper_set_deferred_commit(polls);
     for (int i = 0; i < 20 && handle_bytes() > 4 * MiB; i++) {
         fake_now += MS;
         xsa_helper_poll();
     }
     assert_int_equal(handle_bytes(), 4 * MiB);
-    /* ...and commits at the third poll after its round, not before. */
+    assert_int_equal(pages_unmapped(), 0);
+}
+
+static void test_deferred_commits_wait_their_polls(void **state) {
+    (void)state;
+    release_job_runs_deferred(3);
+    /* It commits at the third poll after its round, not before. */
     for (int i = 0; i < 2; i++) {
         assert_int_equal(pages_unmapped(), 0);
         fake_now += MS;
@@ -264,14 +270,7 @@ static void test_deferred_commits_wait_their_polls(void **state) {
 
 static void test_shutdown_commits_a_deferred_job(void **state) {
     (void)state;
-    manual_decay_until_taken();
-    xsa_helper_set_deferred_commit(1000);
-    for (int i = 0; i < 20 && handle_bytes() > 4 * MiB; i++) {
-        fake_now += MS;
-        xsa_helper_poll();
-    }
-    assert_int_equal(handle_bytes(), 4 * MiB);
-    assert_int_equal(pages_unmapped(), 0);
+    release_job_runs_deferred(1000);
     /* Shutdown commits it before the pools go: they release the rest, and
      * nothing twice (the teardown finds the driver empty). */
     OK(xsa_shutdown());
