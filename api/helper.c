@@ -115,8 +115,8 @@ static bool lock_to_plan(xsa_device_slot *s, bool thread) {
     return true;
 }
 
-/* Deferred commits (manual mode): device d's jobs run, waiting for the
- * next poll to commit. Touched by the polling thread only. */
+/* Deferred commits (manual mode): device d's jobs, run, waiting `polls`
+ * more polls to commit. Touched by the polling thread only. */
 static struct {
     xsa_pool *pool;
     xsa_pool_jobs jobs;

@@ -196,9 +196,9 @@ int xsa_bursty_load(const char *path, uint64_t above, xsa_bursty *out, char *err
         uint64_t low = UINT64_MAX;
         for (size_t i = e - from > RECENT ? e - RECENT : from; i < e; i++)
             if (live[i] < low) low = live[i];
-        size_t s0 = e - 1;
-        while (s0 > from && live[s0] > low + (above - low) / 20) s0--;
         uint64_t near = low + (above - low) / 20;
+        size_t s0 = e - 1;
+        while (s0 > from && live[s0] > near) s0--;
         size_t end = e;
         while (end < t->n_events && live[end] > near) end++;
         if (live[end] > near) break; /* the trace ends inside the burst */
@@ -222,17 +222,23 @@ void xsa_bursty_free(xsa_bursty *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* The highest allocated bytes from burst i's end to the next burst. */
+static int64_t live_peak(const xsa_bursty *b, size_t i, const int64_t *allocated) {
+    int64_t live = 0;
+    for (size_t e = b->burst_end[i]; e <= b->next_burst[i]; e++)
+        if (allocated[e] > live) live = allocated[e];
+    return live;
+}
+
 void xsa_bursty_settle(const xsa_bursty *b, uint64_t event_ns, const int64_t *allocated, const int64_t *reserved,
                        int64_t *settle) {
     for (size_t i = 0; i < b->n_bursts; i++) {
         size_t from = b->burst_end[i], to = b->next_burst[i];
-        int64_t live = 0;
-        for (size_t e = from; e <= to; e++)
-            if (allocated[e] > live) live = allocated[e];
+        int64_t live = live_peak(b, i, allocated);
         settle[i] = -1;
         int64_t waited = 0; /* from the end of event `from` (and its wait) to the end of event e's wait */
         for (size_t e = from; e <= to && settle[i] < 0; e++) {
-            if (e > from) waited += (int64_t)(event_ns + (b->trace.wait_ns ? b->trace.wait_ns[e - 1] : 0));
+            if (e > from) waited += (int64_t)xsa_bursty_event_time(b, event_ns, e);
             if ((double)reserved[e] <= 1.05 * (double)live) settle[i] = waited;
         }
     }
@@ -241,9 +247,7 @@ void xsa_bursty_settle(const xsa_bursty *b, uint64_t event_ns, const int64_t *al
 double xsa_bursty_settled(const xsa_bursty *b, const int64_t *allocated, const int64_t *reserved) {
     double worst = 0;
     for (size_t i = 0; i < b->n_bursts; i++) {
-        int64_t live = 0;
-        for (size_t e = b->burst_end[i]; e <= b->next_burst[i]; e++)
-            if (allocated[e] > live) live = allocated[e];
+        int64_t live = live_peak(b, i, allocated);
         double r = live ? (double)reserved[b->next_burst[i]] / (double)live : 0;
         if (r > worst) worst = r;
     }

@@ -58,6 +58,11 @@ void xsa_bursty_free(xsa_bursty *b);
  * never). */
 void xsa_bursty_settle(const xsa_bursty *b, uint64_t event_ns, const int64_t *allocated, const int64_t *reserved,
                        int64_t *settle);
+/* The trace time event e (1-based, e = 1..trace.n_events) takes at
+ * event_ns an event, the trace's wait after it included. */
+static inline uint64_t xsa_bursty_event_time(const xsa_bursty *b, uint64_t event_ns, size_t e) {
+    return event_ns + (b->trace.wait_ns ? b->trace.wait_ns[e - 1] : 0);
+}
 /* Where reserved memory settled: the highest, over the bursts, of
  * reserved memory just before the next burst (or the trace's end) over
  * the highest allocated bytes since the burst's end. */

@@ -20,8 +20,8 @@
  * queued in a fraction of their time; or --trace, a recorded one with
  * its waits, benchmarks/gpu/bursty.py --record, its bursts where live
  * memory is above --burst-above; --series writes its samples with decay
- * on, at the first lag, as CSV) at each lag: peak reserved / peak allocated, reserved memory
- * integrated over trace time (GB·s), how long after each burst reserved
+ * on, at the first lag, as CSV) at each lag: peak reserved / peak
+ * allocated, reserved memory integrated over trace time (GB·s), how long after each burst reserved
  * memory took to come within 5% of the live memory that followed (median
  * and longest; "never" when it did not before the next burst), and the
  * H100 estimate of the driver calls on the allocation path and on the
@@ -53,7 +53,7 @@ typedef struct options {
     uint64_t above;           /* with trace: bursts are live memory above this */
     int64_t lags[MAX_LAGS];
     int n_lags;
-    const char *deferred;
+    const char *commit_lag_arg;
     unsigned commit_lag;      /* --commit-lag: the helper's jobs commit this many events late */
     bool no_traces;
 } options;
@@ -120,7 +120,7 @@ static int write_series(const char *path, const xsa_bursty *b, uint64_t event_ns
     fputs("t_s,allocated,reserved\n", f);
     uint64_t t = 0;
     for (size_t e = 0; e <= b->trace.n_events; e++) {
-        if (e) t += event_ns + (b->trace.wait_ns ? b->trace.wait_ns[e - 1] : 0);
+        if (e) t += xsa_bursty_event_time(b, event_ns, e);
         fprintf(f, "%.6f,%" PRId64 ",%" PRId64 "\n", t * 1e-9, s->allocated[e], s->reserved[e]);
     }
     return fclose(f) ? -1 : 0;
@@ -267,12 +267,12 @@ int main(int argc, char **argv) {
         {"--event-us", &o.event_us}, {"--decay-ms", &o.decay_ms}, {"--lags", &o.lags_arg}, {"--traces", &o.traces},
         {"--sync-ms", &o.sync_ms},   {"--steps", &o.steps},       {"--burst-every", &o.burst_every},
         {"--trace", &o.trace},       {"--burst-above", &o.burst_above}, {"--series", &o.series},
-        {"--commit-lag", &o.deferred},
+        {"--commit-lag", &o.commit_lag_arg},
     };
     if (xsa_cli_parse(n, args, opts, 11, NULL, 0, NULL) != XSA_CLI_OK) return usage();
     long long v;
-    if (o.deferred) {
-        if (!xsa_cli_count(o.deferred, 0, 1000000, &v)) return usage();
+    if (o.commit_lag_arg) {
+        if (!xsa_cli_count(o.commit_lag_arg, 0, 1000000, &v)) return usage();
         o.commit_lag = (unsigned)v;
     }
     if (!o.trace != !o.burst_above) return usage();

@@ -262,6 +262,20 @@ static bool keep_range(xsa_decay *d, xsa_block *b) {
 
 /* Takes pages [lo, hi) of free block b out of the cache to go: held,
  * draining (out of reserved), waiting for the next fence. */
+/* Range b of `pages` pages is a helper job's, out of the segment's
+ * memory (held, draining), or no longer. */
+static void hold(xsa_seg *s, xsa_block *b, size_t pages) {
+    b->draining = b->held = true;
+    s->held++;
+    s->draining_pages += pages;
+}
+
+static void unhold(xsa_seg *s, xsa_block *b, size_t pages) {
+    b->held = b->draining = false;
+    s->held--;
+    s->draining_pages -= pages;
+}
+
 static bool take(xsa_pool *p, xsa_decay *d, xsa_block *b, size_t lo, size_t hi) {
     xsa_seg *s = b->seg;
     char err[128];
@@ -271,9 +285,7 @@ static bool take(xsa_pool *p, xsa_decay *d, xsa_block *b, size_t lo, size_t hi) 
         return false;
     }
     d->ranges[d->n_ranges - 1].block = b;
-    b->draining = b->held = true;
-    s->held++;
-    s->draining_pages += hi - lo;
+    hold(s, b, hi - lo);
     xsa_pages_account(p, s, hi - lo, 0, -1);
     not_free(s, lo, hi);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_UNMAP, s->kind, b->ptr, b->size, b->size, s->stream);
@@ -284,11 +296,9 @@ bool xsa_decay_give_back(xsa_pool *p, xsa_block *b) {
     xsa_decay *d = state(p);
     if (!d || !keep_range(d, b)) return false;
     d->ranges[d->n_ranges - 1].fence = 0; /* passed: completed is never below 0 */
-    xsa_seg *s = b->seg;
     size_t pages = b->size / p->page_size;
-    b->mapped = b->draining = b->held = true;
-    s->held++;
-    s->draining_pages += pages;
+    b->mapped = true;
+    hold(b->seg, b, pages);
     p->stats.num_device_alloc++; /* created, never reserved: end_range counts their release */
     p->stats.num_pages_mapped += (int64_t)pages;
     return true;
@@ -382,9 +392,7 @@ static size_t find_range(const xsa_decay *d, const xsa_block *b) {
 static void end_range(xsa_pool *p, xsa_block *b, bool was_unmapped) {
     xsa_seg *s = b->seg;
     size_t pages = b->size / p->page_size;
-    b->held = b->draining = false;
-    s->held--;
-    s->draining_pages -= pages;
+    unhold(s, b, pages);
     if (was_unmapped) {
         b->mapped = false;
         p->stats.num_device_free++;

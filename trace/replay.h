@@ -31,8 +31,9 @@
  * on in the configuration), each event takes event_ns of the helper's
  * clock, and a wait of the trace ('w' lines) after an event that long
  * more: the program waits for the GPU (at a lag, its streams synchronize)
- * while the helper's rounds due in it run at their time. The helper runs in manual mode (its rounds after every event, on
- * the replay's thread, so a replay is deterministic) and its driver calls
+ * while the helper's rounds due in it run at their time. The helper runs
+ * in manual mode (its rounds after every event, on the replay's thread,
+ * so a replay is deterministic) and its driver calls
  * are counted apart from the allocation path's; reserved memory is
  * integrated over that time (GB·s: what decay purging saves).
  */

@@ -55,6 +55,15 @@ static void round_at(xsa_pool *p, uint64_t now) {
     check(p);
 }
 
+/* After a step at time t: the round of the helper's next tick if t has
+ * reached it, then the stream's work completes. */
+static void round_if_due(xsa_pool *p, uint64_t t, uint64_t *next_tick) {
+    if (t < *next_tick) return;
+    round_at(p, t);
+    *next_tick += TICK;
+    xsa_sim_complete_all();
+}
+
 /* Rounds at every tick from `from` to `to` (both included). */
 static void rounds(xsa_pool *p, uint64_t from, uint64_t to) {
     for (uint64_t t = from; t <= to; t += TICK) round_at(p, t);
@@ -113,11 +122,7 @@ static void test_a_free_block_used_at_its_front_keeps_it_and_loses_the_rest(void
     uint64_t next_tick = 0;
     for (uint64_t t = 0; t <= 3 * DECAY_MS * MS; t += 5 * MS) {
         release(p, alloc(p, 8 * MiB, S0));
-        if (t >= next_tick) {
-            round_at(p, t);
-            next_tick += TICK;
-            xsa_sim_complete_all();
-        }
+        round_if_due(p, t, &next_tick);
     }
     /* The 30 MiB the steps never used went; what they use stayed, and
      * they never missed the cache. */
@@ -153,11 +158,7 @@ static void test_a_steps_blocks_freed_between_ticks_keep_only_the_pages_they_use
         assert_ptr_equal(y, b);
         release(p, x);
         release(p, y);
-        if (t >= next_tick) {
-            round_at(p, t);
-            next_tick += TICK;
-            xsa_sim_complete_all();
-        }
+        round_if_due(p, t, &next_tick);
     }
     assert_int_equal(reserved(p), 30 * MiB);
     assert_int_equal(usage().handle_bytes, 30 * MiB);
@@ -176,11 +177,7 @@ static void test_what_the_window_needed_stays_whatever_the_ages(void **state) {
     uint64_t next_tick = 0;
     for (uint64_t t = 0; t <= 3 * DECAY_MS * MS; t += 5 * MS) {
         release(p, alloc(p, 20 * MiB, S0)); /* a step of 20 MiB on S0 */
-        if (t >= next_tick) {
-            round_at(p, t);
-            next_tick += TICK;
-            xsa_sim_complete_all();
-        }
+        round_if_due(p, t, &next_tick);
     }
     /* S1's pages are old, but the window needed 22 MiB at once: reserved
      * stays at 1.01 x that or more (9 of S1's 10 pages went). */
@@ -206,11 +203,7 @@ static void test_pages_every_step_uses_stay_though_the_window_needed_less(void *
         release(p, x);
         assert_ptr_equal(w = alloc(p, 4 * MiB, S0), (char *)pin + 2 * MiB);
         release(p, w);
-        if (t >= next_tick) {
-            round_at(p, t);
-            next_tick += TICK;
-            xsa_sim_complete_all();
-        }
+        round_if_due(p, t, &next_tick);
     }
     assert_int_equal(reserved(p), 18 * MiB);
     assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
