@@ -129,12 +129,6 @@ static void window(xsa_decay *d, uint64_t now, uint64_t span, int64_t *need) {
 
 static bool decays(const xsa_pool *p, const xsa_seg *s) { return s->expandable && s->mp == &p->global; }
 
-static size_t page_of(const xsa_pool *p, const xsa_seg *s, uintptr_t a) { return (a - s->base) / p->page_size; }
-
-static size_t page_above(const xsa_pool *p, const xsa_seg *s, uintptr_t a) {
-    return (a - s->base + p->page_size - 1) / p->page_size;
-}
-
 /* Pages [lo, hi) are not free: their age is forgotten. */
 static void not_free(xsa_seg *s, size_t lo, size_t hi) {
     if (hi > s->n_free_since) hi = s->n_free_since;
@@ -146,8 +140,8 @@ static bool used(const xsa_seg *s, size_t pg) { return s->used_pages[pg / 64] >>
 /* Free block b at tick `stamp`: its whole pages age unless a request used
  * them since the tick before. */
 static void age_free(const xsa_pool *p, xsa_seg *s, const xsa_block *b, uint64_t stamp) {
-    size_t lo = page_of(p, s, b->ptr), hi = page_above(p, s, b->ptr + b->size);
-    size_t whole_lo = page_above(p, s, b->ptr), whole_hi = page_of(p, s, b->ptr + b->size);
+    size_t lo = xsa_seg_page_of(p, s, b->ptr), hi = xsa_seg_page_above(p, s, b->ptr + b->size);
+    size_t whole_lo = xsa_seg_page_above(p, s, b->ptr), whole_hi = xsa_seg_page_of(p, s, b->ptr + b->size);
     if (whole_hi <= whole_lo) {
         not_free(s, lo, hi);
         return;
@@ -170,7 +164,7 @@ static void age_pages(xsa_pool *p, uint64_t stamp) {
             if (b->mapped && xsa_block_is_free(b))
                 age_free(p, s, b, stamp);
             else
-                not_free(s, page_of(p, s, b->ptr), page_above(p, s, b->ptr + b->size));
+                not_free(s, xsa_seg_page_of(p, s, b->ptr), xsa_seg_page_above(p, s, b->ptr + b->size));
         }
         memset(s->used_pages, 0, words * sizeof *s->used_pages);
     }
@@ -423,7 +417,7 @@ xsa_cu_result xsa_decay_release_waiting(xsa_pool *p) {
         }
         xsa_block *b = r->block;
         xsa_seg *s = b->seg;
-        xsa_cu_result res = xsa_segment_unmap(&s->vm, page_of(p, s, b->ptr), b->size / p->page_size, NULL);
+        xsa_cu_result res = xsa_segment_unmap(&s->vm, xsa_seg_page_of(p, s, b->ptr), b->size / p->page_size, NULL);
         if (res != XSA_CU_SUCCESS && first == XSA_CU_SUCCESS) first = res;
         drop_range(d, i);
         end_range(p, b, res == XSA_CU_SUCCESS);

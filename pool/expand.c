@@ -122,7 +122,7 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     xsa_block *m = bytes < u->size ? xsa_pool_carve_front(p, u, bytes) : u;
     xsa_cu_result r = XSA_CU_ERROR_OUT_OF_MEMORY;
     if (m)
-        r = xsa_segment_map_chunks(&s->vm, (m->ptr - s->base) / p->page_size, pages, chunks, n_moved,
+        r = xsa_segment_map_chunks(&s->vm, xsa_seg_page_of(p, s, m->ptr), pages, chunks, n_moved,
                                    xsa_recycle_new_chunk_pages(p, size));
     free(chunks);
     if (r != XSA_CU_SUCCESS) {
@@ -138,7 +138,7 @@ static xsa_pool_status grow(xsa_pool *p, xsa_seg *s, size_t size, xsa_block **ou
     p->stats.num_pages_recycled += (int64_t)moved;
     /* The helper readies pages where this growth ended (pool/ready.c) and
      * unmaps the old addresses of the moved ones (pool/jobs.c). */
-    s->grew_at = (m->ptr + bytes - s->base) / p->page_size;
+    s->grew_at = xsa_seg_page_of(p, s, m->ptr + bytes);
     s->grew_pages = pages - moved;
     xsa_pool_want_helper(p);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, m->ptr, bytes, bytes, s->stream);

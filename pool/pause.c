@@ -448,7 +448,7 @@ static xsa_cu_result map_segment(xsa_pool *p, xsa_seg *s) {
         uintptr_t lo = b->ptr;
         while (b && b->mapped) b = b->next;
         uintptr_t hi = b ? b->ptr : s->base + s->size;
-        size_t first = (lo - s->base) / p->page_size, n = (hi - lo) / p->page_size;
+        size_t first = xsa_seg_page_of(p, s, lo), n = (hi - lo) / p->page_size;
         xsa_cu_result r = xsa_segment_map_chunks(&s->vm, first, n, NULL, 0, n < RESUME_CHUNK ? n : RESUME_CHUNK);
         if (r != XSA_CU_SUCCESS) return r;
     }

@@ -318,10 +318,19 @@ static inline void xsa_inactive_split_change(xsa_pool *p, xsa_pool_kind kind, xs
 /* A block becoming free: its age for garbage collection. */
 static inline void xsa_stamp_free(const xsa_pool *p, xsa_block *b) { b->gc_base = p->free_lookups[b->seg->kind]; }
 
+/* The page of segment s holding address a, and the first page that
+ * starts at or above a. */
+static inline size_t xsa_seg_page_of(const xsa_pool *p, const xsa_seg *s, uintptr_t a) {
+    return (a - s->base) / p->page_size;
+}
+static inline size_t xsa_seg_page_above(const xsa_pool *p, const xsa_seg *s, uintptr_t a) {
+    return (a - s->base + p->page_size - 1) / p->page_size;
+}
+
 /* Decay's record (xsa_seg.used_pages) that b's pages were used. */
 static inline void xsa_mark_used(const xsa_pool *p, const xsa_block *b) {
     xsa_seg *s = b->seg;
-    size_t pg = (b->ptr - s->base) / p->page_size, hi = (b->ptr + b->size - s->base + p->page_size - 1) / p->page_size;
+    size_t pg = xsa_seg_page_of(p, s, b->ptr), hi = xsa_seg_page_above(p, s, b->ptr + b->size);
     for (; pg < hi && pg % 64; pg++) s->used_pages[pg / 64] |= 1ull << (pg % 64);
     for (; pg + 64 <= hi; pg += 64) s->used_pages[pg / 64] = ~0ull;
     for (; pg < hi; pg++) s->used_pages[pg / 64] |= 1ull << (pg % 64);
