@@ -26,6 +26,11 @@ size_t xsa_decay_round(xsa_pool *p, uint64_t now, xsa_block **out, size_t max, x
 /* A range's job is over: unmapped (its handles released, or kept by the
  * segment when the driver refused), or not (free again). */
 void xsa_decay_released(xsa_pool *p, xsa_block *b, bool was_unmapped);
+/* For PACKING_TICKS ticks after decay repacked (pool/decay.c): the
+ * highest allocated bytes of its window and of the interval since its
+ * last tick, which recycling's headroom bound follows then instead of
+ * the highest ever. -1 otherwise (decay off included). */
+int64_t xsa_decay_packing_high(const xsa_pool *p);
 /* Pages the helper readied (pool/ready.c) that would raise the peak of
  * reserved memory, a growth having overtaken them: mapped block b (no
  * work ever ran on it) is kept out of the cache, and the next round hands

@@ -52,7 +52,8 @@
  * page_recycling_headroom) times the highest allocated bytes seen, and
  * moves pages only for the part beyond: peak reserved stays within about
  * that fraction of peak allocated, and no page moves when the memory it
- * would save is not at stake.
+ * would save is not at stake. Right after decay repacks, the bound
+ * follows decay's window instead (pool/decay.c).
  *
  * Handle size. Creating and mapping a page costs 137 + 47 us on an H100
  * with kernels queued, so a growth creates its new pages as chunks of
@@ -81,6 +82,7 @@
 
 #include "pool/block.h"
 #include "pool/core.h"
+#include "pool/decay.h"
 #include "pool/events.h"
 #include "pool/free_set.h"
 #include "pool/mempool.h"
@@ -90,9 +92,11 @@
 #include "pool/sweep.h"
 #include "pool/trace.h"
 
-/* The highest allocated bytes seen, a request of `size` bytes included. */
+/* The highest allocated bytes seen (decay's window's while it repacks), a
+ * request of `size` bytes included. */
 static double high_with(const xsa_pool *p, size_t size) {
-    int64_t high = xsa_pool_allocated_high(p);
+    int64_t packing = xsa_decay_packing_high(p);
+    int64_t high = packing >= 0 ? packing : xsa_pool_allocated_high(p);
     int64_t after = p->stats.allocated_bytes[XSA_STAT_ALL].current + (int64_t)size;
     return (double)(after > high ? after : high);
 }

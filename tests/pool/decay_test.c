@@ -3,8 +3,10 @@
  * rounds run here at chosen times of its clock, so every case is
  * deterministic: decay purging (pages unused for page_decay_ms go, not
  * before, oldest first, never pages a request uses, never below what the
- * window needed), its fence against work in flight (no unmap under a
- * kernel, none during a capture), readying pages where a growth ended,
+ * window needed; a step spread over more pages than it needs is repacked,
+ * ever more seldom if that does not last), its fence against work in
+ * flight (no unmap under a kernel, none during a capture), readying pages
+ * where a growth ended,
  * unmapping recycling's old addresses off the allocation path, and each
  * job's driver failure, which leaves the pages as they were and reaches
  * the next malloc. Both invariant checkers run after every step.
@@ -209,6 +211,73 @@ static void test_pages_every_step_uses_stay_though_the_window_needed_less(void *
     assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
     release(p, end);
     release(p, pin);
+    release(p, params);
+    teardown(p);
+}
+
+static void page_handles_recycling(xsa_pool_options *o) {
+    page_handles(o);
+    o->page_recycling = true;
+}
+
+static void test_a_step_spread_over_more_pages_than_it_needs_is_repacked(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, page_handles_recycling);
+    /* params [0, 2) | a burst's free 100 MiB [2, 102) | pin [102, 104) MiB.
+     * Every step: x 40 MiB at 2, s 2 MiB at 42, x freed, y 48 MiB at 44
+     * (x's hole is too small), s and y freed: 54 MiB at once at most
+     * (params and pin in), pages [2, 92) touched. The 5 pages above them
+     * age out; the steps' own 40 MiB of excess stays young. Once reserved
+     * memory has stayed more than 3% above the window's peak for a tick,
+     * decay repacks: every free page may go, and the steps regrow into
+     * pages moved from their free blocks. */
+    void *params = alloc(p, 2 * MiB, S0), *a = alloc(p, 100 * MiB, S0), *pin = alloc(p, 2 * MiB, S0);
+    release(p, a);
+    uint64_t next_tick = 0;
+    int64_t spread = 0, last = 0;
+    for (uint64_t t = 0; t <= 4 * DECAY_MS * MS; t += 5 * MS) {
+        void *x = alloc(p, 40 * MiB, S0), *sm = alloc(p, 2 * MiB, S0);
+        release(p, x);
+        void *y = alloc(p, 48 * MiB, S0);
+        release(p, sm);
+        release(p, y);
+        round_if_due(p, t, &next_tick);
+        last = reserved(p);
+        if (last == (int64_t)(94 * MiB)) spread++;
+    }
+    print_message("ticks at 94 MiB: %lld, at the end %lld MiB\n", (long long)spread, (long long)(last / MiB));
+    assert_true(spread >= 1);
+    assert_true(last <= (int64_t)(58 * MiB));
+    assert_true(stats(p).num_pages_recycled > 0);
+    release(p, pin);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_repacks_that_do_not_last_come_ever_more_seldom(void **state) {
+    (void)state;
+    xsa_pool *p = make_pool(1 * GiB, true, page_handles);
+    /* Every step puts 40 MiB on stream S1, frees it, then 48 on S0 (each
+     * stream has its own segment): 50 MiB at once at most with 2 MiB of
+     * params, 90 reserved, every page touched. Without recycling the
+     * steps regrow where they were after each repack, so the excess comes
+     * back: each repack doubles the wait for the next (one tick, two,
+     * four...). */
+    void *params = alloc(p, 2 * MiB, S0);
+    uint64_t next_tick = 0;
+    int64_t before = 0;
+    int repacks = 0;
+    for (uint64_t t = 0; t <= 8 * DECAY_MS * MS; t += 5 * MS) {
+        release(p, alloc(p, 40 * MiB, S1));
+        release(p, alloc(p, 48 * MiB, S0));
+        round_if_due(p, t, &next_tick);
+        if (reserved(p) <= before - (int64_t)(32 * MiB)) repacks++;
+        before = reserved(p);
+    }
+    /* 64 ticks: repacks after 1, 2, 4, 8, 16 and 32 ticks over the bound,
+     * each followed by a regrowth. */
+    print_message("repacks in 8 windows: %d\n", repacks);
+    assert_true(repacks >= 3 && repacks <= 7);
     release(p, params);
     teardown(p);
 }
@@ -489,6 +558,8 @@ int main(void) {
         cmocka_unit_test(test_a_steps_blocks_freed_between_ticks_keep_only_the_pages_they_used),
         cmocka_unit_test(test_what_the_window_needed_stays_whatever_the_ages),
         cmocka_unit_test(test_pages_every_step_uses_stay_though_the_window_needed_less),
+        cmocka_unit_test(test_a_step_spread_over_more_pages_than_it_needs_is_repacked),
+        cmocka_unit_test(test_repacks_that_do_not_last_come_ever_more_seldom),
         cmocka_unit_test(test_no_unmap_under_work_in_flight),
         cmocka_unit_test(test_nothing_goes_during_a_capture),
         cmocka_unit_test(test_empty_cache_releases_what_waits_for_its_fence),
