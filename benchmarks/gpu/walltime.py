@@ -25,7 +25,10 @@ table of everything in the file. With --gpus N (a machine of N GPUs), N
 children run at once, each alone on its GPU, taking the runs in the same
 order: the allocators of one workload and round run side by side, and
 which GPU each gets changes from round to round; each result names its
-GPU. `table` prints, per workload and allocator, the median of the
+GPU. Before any run it refuses --gpus beyond the machine's GPUs and a
+results file from another kind of card, and it stops launching after
+runs fail in a row (twice --gpus, at least 4). `table` prints, one table
+a kind of card, per workload and allocator, the median of the
 runs' medians with their min and max and how many runs, and each
 allocator's median against the fastest of torch native and expandable
 and against xsalloc with decay and the helper off.
@@ -171,9 +174,39 @@ def finish_child(c, results, start, timeout):
     shown = f"{rec['median_step_s'] * 1e3:8.2f} ms a step" if rec["status"] == "ok" else f"FAILED: {rec['error']}"
     where = f" gpu {c['gpu']}" if c["gpu"] is not None else ""
     print(f"walltime [{time.monotonic() - start:4.0f}s] round {rnd} {w:10s} {a:14s}{where} {shown}", flush=True)
+    return rec["status"] == "ok"
+
+
+def gpus_here():
+    """This machine's GPU names (nvidia-smi, CUDA_VISIBLE_DEVICES applied); None if nvidia-smi is missing."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = [n.strip() for n in out.splitlines() if n.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        names = [names[int(i)] for i in visible.split(",") if i.strip().isdigit() and int(i) < len(names)]
+    return names
+
+
+def check_machine(args):
+    """Refuses, before any run, --gpus beyond this machine's GPUs and a results file from other cards."""
+    names = gpus_here()
+    if names is None:
+        return
+    if args.gpus > len(names):
+        sys.exit(f"walltime: --gpus {args.gpus} but this machine has {len(names)} GPU(s): {names}")
+    # torch names an H100 "NVIDIA H100 80GB HBM3", nvidia-smi the same.
+    theirs = sorted({r["device"] for r in load(args.results) if r.get("status") == "ok" and r.get("device")})
+    if names and theirs and any(d != names[0] for d in theirs):
+        sys.exit(f"walltime: {args.results} holds runs on {theirs}, this machine has {names[0]}: "
+                 "timings add up on one kind of card only (start a new results file)")
 
 
 def run(args):
+    check_machine(args)
     workloads = [w for w in args.workloads.split(",") if w]
     allocs = [a for a in args.allocs.split(",") if a]
     bad = [w for w in workloads if w not in WORKLOADS] + [a for a in allocs if a not in ALLOCS]
@@ -190,6 +223,7 @@ def run(args):
     # With --gpus N, N children at once, one a GPU: the allocators of one
     # workload and round run side by side, on GPUs that change every round.
     start, running, free = time.monotonic(), [], list(range(args.gpus)) if args.gpus > 1 else [None]
+    failures = 0
     while jobs or running:
         while jobs and free and time.monotonic() - start <= args.budget_s:
             running.append(start_child(jobs.pop(0), free.pop(0), tmp_dir))
@@ -199,9 +233,12 @@ def run(args):
             jobs = []
         time.sleep(0.2)
         for c in [c for c in running if c["proc"].poll() is not None or time.monotonic() - c["t0"] > args.timeout]:
-            finish_child(c, args.results, start, args.timeout)
+            failures = 0 if finish_child(c, args.results, start, args.timeout) else failures + 1
             running.remove(c)
             free.append(c["gpu"])
+        if failures >= max(4, 2 * args.gpus) and jobs:  # the machine, not a run: device time is scarce
+            print(f"walltime: {failures} runs failed in a row: {len(jobs)} runs not launched")
+            jobs = []
     table(args.results)
 
 
@@ -210,8 +247,14 @@ def table(path):
     failed = [r for r in load(path) if r.get("status") != "ok"]
     if not rows:
         print("walltime: no results")
-        return
-    print(f"\nMedian step time after warm-up, median of the runs' medians [min-max] (n runs); {rows[0]['device']}")
+    for device in sorted({r["device"] for r in rows}):  # one table a kind of card: timings never mix
+        device_table([r for r in rows if r["device"] == device], device)
+    if failed:
+        print(f"\n{len(failed)} failed runs, e.g. {failed[-1]['workload']} {failed[-1]['alloc']}: {failed[-1].get('error')}")
+
+
+def device_table(rows, device):
+    print(f"\nMedian step time after warm-up, median of the runs' medians [min-max] (n runs); {device}")
     workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in rows)]
     allocs = [a for a in ALLOCS if any(r["alloc"] == a for r in rows)]
     med = {}
@@ -251,8 +294,6 @@ def table(path):
             if v:
                 parts.append(f"{a} {statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}]")
         print(f"  {w:10s} " + "; ".join(parts))
-    if failed:
-        print(f"\n{len(failed)} failed runs, e.g. {failed[-1]['workload']} {failed[-1]['alloc']}: {failed[-1].get('error')}")
 
 
 def main(argv):
