@@ -200,6 +200,7 @@ struct xsa_pool {
     size_t page_size;
     size_t reserved;           /* bytes mapped or cuMemAlloc'd (PyTorch's total_allocated_memory) */
     int64_t allocated_high;    /* highest allocated bytes before the last peak reset (recycling headroom) */
+    int64_t reserved_high;     /* highest reserved bytes before the last peak reset (decay's regrowth) */
     /* Decay reads the peak of allocated bytes between its ticks by resetting
      * allocated_bytes[ALL].peak: the user's peak it took out is kept here
      * (readers take the max, pool/stats.c), and the tick's peak that a

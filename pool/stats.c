@@ -46,6 +46,7 @@ static void reset_accumulated(xsa_stat *s) { s->allocated = s->freed = 0; }
 
 void xsa_pool_reset_peak_stats(xsa_pool *p) {
     p->allocated_high = xsa_pool_allocated_high(p);
+    p->reserved_high = xsa_pool_reserved_high(p);
     /* Decay's next tick still sees the peak since its last one. */
     int64_t peak = p->stats.allocated_bytes[XSA_STAT_ALL].peak;
     if (peak > p->interval_peak_held) p->interval_peak_held = peak;
@@ -57,6 +58,11 @@ int64_t xsa_pool_allocated_high(const xsa_pool *p) {
     int64_t peak = p->stats.allocated_bytes[XSA_STAT_ALL].peak;
     if (p->peak_held > peak) peak = p->peak_held;
     return peak > p->allocated_high ? peak : p->allocated_high;
+}
+
+int64_t xsa_pool_reserved_high(const xsa_pool *p) {
+    int64_t peak = p->stats.reserved_bytes[XSA_STAT_ALL].peak;
+    return peak > p->reserved_high ? peak : p->reserved_high;
 }
 
 int64_t xsa_pool_take_interval_peak(xsa_pool *p) {

@@ -130,10 +130,11 @@ static void test_decay_follows_live_memory_down_after_every_burst(void **state) 
                       on.helper_est_h100_ns / 1e6);
         assert_true(longest >= 0 && longest <= bound);
         assert_true(on.reserved_gb_s <= 0.8 * off.reserved_gb_s);
-        /* Measured 2026-11-27: 1.0002 -> 1.0002 at lag 0, 1.0030 at lag 500
-         * (re-grown memory is made of larger handles, pool/recycle.c's
+        /* Measured 2026-11-28: 1.0002 -> 1.0002 at lag 0, 1.0016 at lag 500
+         * (1.0030 before decay's regrowth was held to the peak of reserved
+         * memory; re-grown memory is made of larger handles, pool/recycle.c's
          * rule); the bundled traces' are in docs/results-log.md. */
-        assert_true(on.ratio <= off.ratio + 0.004);
+        assert_true(on.ratio <= off.ratio + 0.002);
         assert_true(on.helper_calls[XSA_DRV_mem_release] > 0);
     }
 }
@@ -152,14 +153,16 @@ static void test_decay_takes_a_recorded_runs_bursts_back(void **state) {
             print_message("recorded %s, lag %lld: GB·s %.2f -> %.2f, ratio %.4f -> %.4f, reserved / the steps' peak "
                           "kept %.3f, within 5%% after %.3f s at most\n", i ? "H100" : "H200", (long long)lag,
                           off.reserved_gb_s, on.reserved_gb_s, off.ratio, on.ratio, kept, longest / 1e9);
-            /* Measured 2026-11-28: 0.583 s (H200), 0.571 s (H100; never
-             * without repacking at lag 0). Each burst regrows what decay
-             * gave back, within recycling's headroom (1%): peak reserved /
-             * peak allocated 1.0071-1.0099 against 1.0058-1.0071 off. */
+            /* Measured 2026-11-28: 0.526-0.583 s (H200), 0.571-0.736 s
+             * (H100; never without repacking at lag 0). Each burst
+             * regrows what decay gave back within the peak of reserved
+             * memory so far (pool/recycle.c): peak reserved / peak
+             * allocated 1.0023-1.0047 against 1.0058-1.0071 off (1.0071-
+             * 1.0099 when the regrowth could take the whole headroom). */
             assert_true(kept > 1.5);
             assert_true(longest >= 0 && longest <= 1000000000);
             assert_true(on.reserved_gb_s <= 0.85 * off.reserved_gb_s);
-            assert_true(on.ratio <= 1.0105);
+            assert_true(on.ratio <= off.ratio);
         }
     }
 }
