@@ -13,7 +13,9 @@
  * (pool/recycle.c's rule), and then gives them to the segment as a free
  * block, merged with the free block the growth left before it: the next
  * miss of that stream is a cache hit. Only pages a growth would create
- * now are readied, and only below the peak of reserved memory: a job
+ * now are readied, and only below the peak of reserved memory (the
+ * highest ever, whatever the user's peak resets: a loop that logs its
+ * peak every step resets it every step): a job
  * growing back after decay released its memory gets them ahead, while
  * peak reserved memory never grows by a guess (the bundled traces'
  * ratios stay what they are without the helper). Within the recycling
@@ -37,6 +39,7 @@
 #include "pool/pages.h"
 #include "pool/recycle.h"
 #include "pool/state.h"
+#include "pool/stats.h"
 #include "pool/trace.h"
 
 /* The unmapped block starting at page `page` of s that no job holds, or NULL. */
@@ -55,7 +58,7 @@ static xsa_block *unmapped_at(const xsa_pool *p, const xsa_seg *s, size_t page) 
 static size_t creatable(const xsa_pool *p, size_t want) {
     size_t moved = xsa_recycle_pages_wanted(p, 0, want), n = want - moved;
     size_t room = p->allowed_max > p->reserved ? (p->allowed_max - p->reserved) / p->page_size : 0;
-    int64_t peak = p->stats.reserved_bytes[XSA_STAT_ALL].peak;
+    int64_t peak = xsa_pool_reserved_high(p);
     size_t below = peak > (int64_t)p->reserved ? (size_t)(peak - (int64_t)p->reserved) / p->page_size : 0;
     if (room > below) room = below;
     return n < room ? n : room;
@@ -92,7 +95,7 @@ void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped) {
     }
     /* A miss grew elsewhere while the job ran (the range was held): the
      * pages are no longer below the peak, and go back to the driver. */
-    if ((int64_t)(p->reserved + b->size) > p->stats.reserved_bytes[XSA_STAT_ALL].peak && xsa_decay_give_back(p, b))
+    if ((int64_t)(p->reserved + b->size) > xsa_pool_reserved_high(p) && xsa_decay_give_back(p, b))
         return;
     b->mapped = true;
     xsa_pages_account(p, s, 0, b->size / p->page_size, +1);
