@@ -359,11 +359,13 @@ static void take_runs(xsa_pool *p, xsa_decay *d, uint64_t before, size_t *budget
     free(runs);
 }
 
-/* Whether this tick repacks: reserved memory has stayed above (1 +
- * REPACK_EXCESS) x need for the wait; the backoff's bookkeeping. */
+/* Whether this tick repacks: reserved memory has stayed above need by
+ * more than REPACK_EXCESS of it and REPACK_MIN_PAGES for the wait; the
+ * backoff's bookkeeping. */
 static bool repack_due(const xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
     uint64_t span = window_ns(p);
-    if (!d->repack_wait) d->repack_wait = period_ns(p);
+    /* One tick at first, and again if page_decay_ms changed under it. */
+    if (d->repack_wait < period_ns(p) || d->repack_wait > 2 * REPACK_MAX_WAIT * span) d->repack_wait = period_ns(p);
     double excess = (double)p->reserved - (double)need;
     if (excess <= REPACK_EXCESS * (double)need || excess < REPACK_MIN_PAGES * (double)p->page_size) {
         d->over_since = 0;
@@ -498,6 +500,10 @@ void xsa_decay_destroy(xsa_pool *p) {
 int xsa_decay_check(const xsa_pool *p, size_t *ranges, char *err, size_t errlen) {
     const xsa_decay *d = p->decay;
     *ranges = d ? d->n_ranges : 0;
+    if (d && d->over_since && d->within_since)
+        return xsa_check_fail(err, errlen, "decay: reserved memory both above and within the repack bound");
+    if (d && d->repacked > d->last + 1)
+        return xsa_check_fail(err, errlen, "decay: a repack after the last tick");
     for (size_t i = 0; d && i < d->n_ranges; i++) {
         const xsa_block *b = d->ranges[i].block;
         if (!b->held || !b->draining || !b->mapped || !decays(p, b->seg))

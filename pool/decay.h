@@ -44,8 +44,9 @@ xsa_cu_result xsa_decay_release_waiting(xsa_pool *p);
 /* Teardown: the fence's events go back to the spares, the state is freed. */
 void xsa_decay_destroy(xsa_pool *p);
 /* Invariant checker: every draining block a helper job holds without a
- * drain record is one of decay's ranges, and each range is such a block.
- * Counts them into *ranges. */
+ * drain record is one of decay's ranges, and each range is such a block;
+ * the repack bookkeeping is consistent (above or within its bound, not
+ * both; no repack after the last tick). Counts the ranges into *ranges. */
 int xsa_decay_check(const xsa_pool *p, size_t *ranges, char *err, size_t errlen);
 
 #endif
