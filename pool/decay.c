@@ -31,12 +31,13 @@
  * training on an H100: 1.07-1.09 times the steps' peak once the burst's
  * own pages went, against 1.01 before the burst). So when reserved memory
  * has stayed above the window's peak by more than REPACK_EXCESS of it
- * (and REPACK_MIN_PAGES) for a wait, every free page goes (oldest first, to the bound above) whatever
- * its age, and for PACKING_TICKS ticks after, recycling's headroom bound
- * follows the window's peak instead of the highest allocated bytes ever
- * (xsa_decay_packing_high): the steps regrow into pages moved from free
- * blocks, packed as they were at their first step (1.01-1.02 in the
- * simulated replays of the H100 and H200 runs, at GPU lags 0 to 2000).
+ * (and REPACK_MIN_PAGES) for a wait, every free page goes (oldest first,
+ * down to the bound above) whatever its age, and for PACKING_TICKS ticks
+ * after, recycling's headroom bound follows the window's peak instead of
+ * the highest allocated bytes ever (xsa_decay_packing_high): the steps
+ * regrow into pages moved from free blocks, packed as they were at their
+ * first step (1.01-1.02 in the simulated replays of the H100 and H200
+ * runs, at GPU lags 0 to 2000; 1.011 on an H100).
  * Each repack doubles the wait (from one tick, up to REPACK_MAX_WAIT
  * windows) until reserved memory stays within the excess for
  * REPACK_CALM windows: a workload whose live memory drifts (LLM decoding
