@@ -25,7 +25,10 @@ table of everything in the file. With --gpus N (a machine of N GPUs), N
 children run at once, each alone on its GPU, taking the runs in the same
 order: the allocators of one workload and round run side by side, and
 which GPU each gets changes from round to round; each result names its
-GPU. Before any run it refuses --gpus beyond the machine's GPUs and a
+GPU. Each result also holds the run's start-up (import_s: process start
+to torch imported; setup_s: to its first step), which the table's
+start-up line sums up: the device time a run spends besides its steps.
+Before any run it refuses --gpus beyond the machine's GPUs and a
 results file from another kind of card, and it stops launching after
 runs fail in a row (twice --gpus, at least 4). `table` prints, one table
 a kind of card, per workload and allocator, the median of the
@@ -76,6 +79,7 @@ ALLOCS = {
 
 def child(args):
     """Runs one workload under one allocator; writes one JSON object."""
+    t_start = time.perf_counter()
     torch_conf, xsa_conf, use_xsalloc = ALLOCS[args.alloc]
     for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "XSALLOC_CONF", "XSALLOC_LAG_PROBE"):
         os.environ.pop(var, None)
@@ -84,6 +88,7 @@ def child(args):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
+    setup = {"import_s": time.perf_counter() - t_start}
     if use_xsalloc:
         sys.path.append(os.path.join(ROOT, "python"))
         import xsalloc.torch
@@ -96,6 +101,7 @@ def child(args):
 
     def timed_steps(steps, step):  # real_workloads' own, with an event after every step
         torch.cuda.synchronize()
+        setup.setdefault("setup_s", time.perf_counter() - t_start)  # the process's start to its first step
         start = torch.cuda.Event(enable_timing=True)
         start.record()
         t0 = time.perf_counter()
@@ -116,7 +122,8 @@ def child(args):
     warm = max(2, len(times) // 4)
     out = {"workload": args.workload, "alloc": args.alloc, "steps": steps, "median_step_s": statistics.median(times[warm:]),
            "wall_s": res["wall_s"], "impl": res["impl"], "device": torch.cuda.get_device_name(),
-           "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
+           "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated(),
+           **{k: round(v, 2) for k, v in setup.items()}}
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f)
@@ -285,6 +292,10 @@ def device_table(rows, device):
                 a != "xsalloc_off" and (w, "xsalloc_off") in med and med[w, a] / med[w, "xsalloc_off"] > 1.02)
             parts.append(s + (" (!)" if flag else ""))
         print(f"  {w:10s} " + "; ".join(parts))
+    starts = {w: [r["setup_s"] for r in rows if r["workload"] == w and "setup_s" in r] for w in workloads}
+    if any(starts.values()):  # where a run's device time goes besides its steps
+        print("\nStart-up, median seconds from a run's process start to its first step: " +
+              ", ".join(f"{w} {statistics.median(v):.1f}" for w, v in starts.items() if v))
     print("\nPeak reserved / peak allocated, median of the runs [min-max]")
     for w in workloads:
         parts = []
