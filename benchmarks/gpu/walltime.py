@@ -34,7 +34,9 @@ runs fail in a row (twice --gpus, at least 4). `table` prints, one table
 a kind of card, per workload and allocator, the median of the
 runs' medians with their min and max and how many runs, and each
 allocator's median against the fastest of torch native and expandable
-and against xsalloc with decay and the helper off.
+and against xsalloc with decay and the helper off, and the same ratios
+taken round by round (a run against the runs of its own round) with
+their median, min and max.
 
 Allocators: native (no PYTORCH_CUDA_ALLOC_CONF), expandable
 (expandable_segments:True), xsalloc (xsalloc.torch.use(), its defaults),
@@ -260,6 +262,33 @@ def table(path):
         print(f"\n{len(failed)} failed runs, e.g. {failed[-1]['workload']} {failed[-1]['alloc']}: {failed[-1].get('error')}")
 
 
+def paired_ratios(rows, workloads):
+    """Per round, each xsalloc variant's run against that round's fastest torch run and its xsalloc_off run
+    (runs of one round ran side by side or back to back, so a slow spell of the host cancels): the median of
+    those ratios [min-max] (n rounds)."""
+    by = {(r["round"], r["workload"], r["alloc"]): r["median_step_s"] for r in rows}
+    lines = []
+    for w in workloads:
+        parts = []
+        for a in ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off"):
+            rounds = sorted({rnd for (rnd, ww, aa) in by if ww == w and aa == a})
+            vs_torch = [by[rnd, w, a] / min(by[rnd, w, t] for t in ("native", "expandable") if (rnd, w, t) in by)
+                        for rnd in rounds if any((rnd, w, t) in by for t in ("native", "expandable"))]
+            vs_off = [by[rnd, w, a] / by[rnd, w, "xsalloc_off"] for rnd in rounds
+                      if a != "xsalloc_off" and (rnd, w, "xsalloc_off") in by]
+            cell = []
+            for name, v in (("torch", vs_torch), ("off", vs_off)):
+                if v:
+                    cell.append(f"{statistics.median(v):.3f}x {name} [{min(v):.3f}-{max(v):.3f}] ({len(v)})")
+            if cell:
+                parts.append(f"{a} " + ", ".join(cell))
+        if parts:
+            lines.append(f"  {w:10s} " + "; ".join(parts))
+    if lines:
+        print("\nThe same, round by round: the median of each round's ratio [min-max] (n rounds)")
+        print("\n".join(lines))
+
+
 def device_table(rows, device):
     print(f"\nMedian step time after warm-up, median of the runs' medians [min-max] (n runs); {device}")
     workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in rows)]
@@ -292,6 +321,7 @@ def device_table(rows, device):
                 a != "xsalloc_off" and (w, "xsalloc_off") in med and med[w, a] / med[w, "xsalloc_off"] > 1.02)
             parts.append(s + (" (!)" if flag else ""))
         print(f"  {w:10s} " + "; ".join(parts))
+    paired_ratios(rows, workloads)
     starts = {w: [r["setup_s"] for r in rows if r["workload"] == w and "setup_s" in r] for w in workloads}
     if any(starts.values()):  # where a run's device time goes besides its steps
         print("\nStart-up, median seconds from a run's process start to its first step: " +
