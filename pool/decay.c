@@ -48,7 +48,9 @@
  * with a growing KV cache) repacks seldom, since each costs a step's
  * regrowth on the allocation path. (Repacking at any tick cost llm_decode's
  * allocation path 3.4 x decay off's simulated driver time, at low ticks
- * 1.2 x; the recorded GPT-2 runs come within 5% as soon.)
+ * 1.2 x; the recorded GPT-2 runs come within 5% as soon. A workload
+ * whose live memory never falls to half its peak, weights above half of
+ * it, never repacks: its memory decays by age alone.)
  *
  * Safety. The ages decide what goes, never when: a range that goes is
  * first taken out of the cache (held and draining: nobody's memory, out
