@@ -319,7 +319,10 @@ xsa_status xsa_ipc_close(void *ptr) {
     im->closing = true;
     link_import(im);
     pthread_mutex_unlock(&imports_lock);
-    return driver_fail("xsa_ipc_close", im->seg.drv, "unmapping (cuMemUnmap/cuMemRelease/cuMemAddressFree; close again)", r);
+    /* Always a driver error, the driver's out of memory too: closing frees,
+     * and the caller's remedy is to close again, not to free memory. */
+    return xsa_fail(XSA_ERROR_DRIVER, "xsa_ipc_close: unmapping (cuMemUnmap/cuMemRelease/cuMemAddressFree; close again) "
+                    "failed: %s (CUresult %d)", im->seg.drv->error_string(r), r);
 }
 
 void xsa_ipc_close_all(void) {

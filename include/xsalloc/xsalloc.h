@@ -395,6 +395,7 @@ XSA_API xsa_status xsa_ipc_revoke(const xsa_ipc_handle *handle);
 XSA_API xsa_status xsa_ipc_import(const xsa_ipc_handle *handle, int device, void **ptr);
 /* Unmaps an imported block and tells the exporter; or ends one open of a
  * share (xsa_ipc_open's base), unmapping it at the last. On a driver error
+ * (XSA_ERROR_DRIVER, whatever the driver answered, its out of memory too)
  * the import stays, and closing it again retries. */
 XSA_API xsa_status xsa_ipc_close(void *ptr);
 /* Sends the handle and its n_handles + 1 fds over a connected Unix socket
