@@ -32,15 +32,17 @@
  * own pages went, against 1.01 before the burst). So when reserved memory
  * has stayed above the window's peak by more than REPACK_EXCESS of it
  * (and REPACK_MIN_PAGES) for a wait, at the next tick where live memory
- * is low in the step (at most REPACK_LOW of the window's peak, so that
- * the step's own blocks are free and go too), every free page goes
+ * is low in the step (in the lower REPACK_LOW of the span between the
+ * lowest live memory the window's ticks saw and its peak, a span of at
+ * least REPACK_CYCLE of the peak: steps; so that the step's own blocks
+ * are free and go too), every free page goes
  * (oldest first, down to the bound above) whatever its age, and for
  * PACKING_TICKS ticks after, recycling's headroom bound follows the
  * window's peak instead of the highest allocated bytes ever
  * (xsa_decay_packing_high): the steps regrow into pages moved from free
  * blocks, packed as they were at their first step (1.01-1.04 in the
  * simulated replays of the H100 and H200 runs at 6 to 40 us an event and
- * GPU lags 0 to 2000, within 5% in under 1 s in 34 of 36; on an H100,
+ * GPU lags 0 to 2000, within 5% in under 1 s in 33 of 36; on an H100,
  * repacking at any tick, 1.011 within 0.61-0.66 s).
  * Each repack doubles the wait (from one tick, up to REPACK_MAX_WAIT
  * windows) until reserved memory stays within the excess for
@@ -48,9 +50,8 @@
  * with a growing KV cache) repacks seldom, since each costs a step's
  * regrowth on the allocation path. (Repacking at any tick cost llm_decode's
  * allocation path 3.4 x decay off's simulated driver time, at low ticks
- * 1.2 x; the recorded GPT-2 runs come within 5% as soon. A workload
- * whose live memory never falls to half its peak, weights above half of
- * it, never repacks: its memory decays by age alone.)
+ * 1.2 x: its live memory spans less than a fifth of its peak in a
+ * window; the recorded GPT-2 runs come within 5% as soon.)
  *
  * Safety. The ages decide what goes, never when: a range that goes is
  * first taken out of the cache (held and draining: nobody's memory, out
@@ -82,7 +83,8 @@
 #define FENCE_POLL_NS 2000000ull /* a waiting fence is looked at again after this */
 #define REPACK_EXCESS 0.03      /* the excess over the window's peak a repack is for, */
 #define REPACK_MIN_PAGES 16     /* and at least this many pages */
-#define REPACK_LOW 0.5          /* at a tick whose live memory is at most this x the window's peak */
+#define REPACK_CYCLE 0.2        /* where the window's live memory spans this x its peak (steps), */
+#define REPACK_LOW 0.5          /* at a tick whose live memory is in this lower part of the span */
 #define REPACK_CALM 2           /* windows within it that end the backoff */
 #define REPACK_MAX_WAIT 64      /* windows: the longest wait between repacks */
 #define PACKING_TICKS 4         /* ticks after a repack that recycling follows the window's peak */
@@ -90,6 +92,7 @@
 typedef struct sample {
     uint64_t t;
     int64_t peak;             /* highest allocated bytes since the tick before */
+    int64_t live;             /* allocated bytes at the tick */
 } sample;
 
 typedef struct range {
@@ -104,6 +107,7 @@ typedef struct xsa_decay {
     sample s[SAMPLES];        /* the window's ticks, oldest at head */
     size_t head, n;
     int64_t need;             /* the highest peak of the window at the last tick */
+    int64_t low;              /* the lowest live memory its ticks saw */
     uint64_t over_since;      /* the tick reserved memory went above the repack bound (0: within) */
     uint64_t within_since;    /* the tick it came within (0: above) */
     uint64_t repack_wait;     /* ns above the bound before the next repack */
@@ -150,16 +154,18 @@ static void push(xsa_decay *d, sample s) {
 }
 
 /* Drops the samples older than the window (the newest always stays); the
- * highest peak of those left. */
-static void window(xsa_decay *d, uint64_t now, uint64_t span, int64_t *need) {
+ * highest peak of those left, and the lowest live memory they saw. */
+static void window(xsa_decay *d, uint64_t now, uint64_t span, int64_t *need, int64_t *low) {
     while (d->n > 1 && d->s[d->head].t + span < now) {
         d->head = (d->head + 1) % SAMPLES;
         d->n--;
     }
     *need = 0;
+    *low = INT64_MAX;
     for (size_t i = 0; i < d->n; i++) {
         const sample *s = &d->s[(d->head + i) % SAMPLES];
         if (s->peak > *need) *need = s->peak;
+        if (s->live < *low) *low = s->live;
     }
 }
 
@@ -371,7 +377,7 @@ static void take_runs(xsa_pool *p, xsa_decay *d, uint64_t before, size_t *budget
 
 /* Whether this tick repacks: reserved memory has stayed above need by
  * more than REPACK_EXCESS of it and REPACK_MIN_PAGES for the wait, and
- * live memory is low; the backoff's bookkeeping. */
+ * live memory is low in the window's steps; the backoff's bookkeeping. */
 static bool repack_due(const xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
     uint64_t span = window_ns(p);
     /* One tick at first, and again if page_decay_ms changed under it. */
@@ -386,7 +392,8 @@ static bool repack_due(const xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t 
     d->within_since = 0;
     if (!d->over_since) d->over_since = stamp;
     if (stamp - d->over_since < d->repack_wait) return false;
-    if ((double)p->stats.allocated_bytes[XSA_STAT_ALL].current > REPACK_LOW * (double)need) return false;
+    double live = (double)p->stats.allocated_bytes[XSA_STAT_ALL].current, range = (double)(need - d->low);
+    if (range < REPACK_CYCLE * (double)need || live > (double)d->low + REPACK_LOW * range) return false;
     d->over_since = d->repacked = stamp;
     if (d->repack_wait < REPACK_MAX_WAIT * span) d->repack_wait *= 2;
     return true;
@@ -418,10 +425,11 @@ int64_t xsa_decay_packing_high(const xsa_pool *p) {
 
 static void tick(xsa_pool *p, xsa_decay *d, uint64_t now) {
     uint64_t stamp = now + 1; /* 0 means "not free" */
-    push(d, (sample){now, xsa_pool_take_interval_peak(p)});
-    int64_t need;
-    window(d, now, window_ns(p), &need);
+    push(d, (sample){now, xsa_pool_take_interval_peak(p), p->stats.allocated_bytes[XSA_STAT_ALL].current});
+    int64_t need, low;
+    window(d, now, window_ns(p), &need, &low);
     d->need = need;
+    d->low = low;
     age_pages(p, stamp);
     d->last = now;
     d->ticks++;
