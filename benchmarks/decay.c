@@ -21,11 +21,11 @@
  * its waits, benchmarks/gpu/bursty.py --record, its bursts where live
  * memory is above --burst-above; --series writes its samples with decay
  * on, at the first lag, as CSV) at each lag: peak reserved / peak
- * allocated, reserved memory integrated over trace time (GB·s), how long after each burst reserved
- * memory took to come within 5% of the live memory that followed (median
- * and longest; "never" when it did not before the next burst), and the
- * H100 estimate of the driver calls on the allocation path and on the
- * helper's thread. The second table replays every bundled trace with decay
+ * allocated, reserved memory integrated over trace time (GB·s), how long
+ * after each burst reserved memory took to come within 5% of the live
+ * memory that followed (median and longest; "never" when it did not
+ * before the next burst), and the H100 estimate of the driver calls on
+ * the allocation path and on the helper's thread. The second table replays every bundled trace with decay
  * off and on: peak ratio, GB·s and the allocation path's estimate.
  * Exit status 1 if any replay failed (violations included).
  */
@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
         {"--trace", &o.trace},       {"--burst-above", &o.burst_above}, {"--series", &o.series},
         {"--commit-lag", &o.commit_lag_arg},
     };
-    if (xsa_cli_parse(n, args, opts, 11, NULL, 0, NULL) != XSA_CLI_OK) return usage();
+    if (xsa_cli_parse(n, args, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0, NULL) != XSA_CLI_OK) return usage();
     long long v;
     if (o.commit_lag_arg) {
         if (!xsa_cli_count(o.commit_lag_arg, 0, 1000000, &v)) return usage();

@@ -35,23 +35,22 @@
  * is low in the step (in the lower REPACK_LOW of the span between the
  * lowest live memory the window's ticks saw and its peak, a span of at
  * least REPACK_CYCLE of the peak: steps; so that the step's own blocks
- * are free and go too), every free page goes
- * (oldest first, down to the bound above) whatever its age, and for
- * PACKING_TICKS ticks after, recycling's headroom bound follows the
- * window's peak instead of the highest allocated bytes ever
- * (xsa_decay_packing_high): the steps regrow into pages moved from free
- * blocks, packed as they were at their first step (1.01-1.04 in the
- * simulated replays of the H100 and H200 runs at 6 to 40 us an event and
- * GPU lags 0 to 2000, within 5% in under 1 s in 33 of 36; on an H100,
- * repacking at any tick, 1.011 within 0.61-0.66 s).
+ * are free and go too), every free page goes (oldest first, down to the
+ * bound above) whatever its age, and for PACKING_TICKS ticks after,
+ * recycling's headroom bound follows the window's peak instead of the
+ * highest allocated bytes ever (xsa_decay_packing_high): the steps regrow
+ * into pages moved from free blocks, packed as they were at their first
+ * step (1.01-1.04 in the simulated replays of the H100 and H200 runs at 6
+ * to 40 us an event and GPU lags 0 to 2000, within 5% in under 1 s in 33
+ * of 36; on an H100, repacking at any tick, 1.011 within 0.61-0.66 s).
  * Each repack doubles the wait (from one tick, up to REPACK_MAX_WAIT
- * windows) until reserved memory stays within the excess for
- * REPACK_CALM windows: a workload whose live memory drifts (LLM decoding
- * with a growing KV cache) repacks seldom, since each costs a step's
- * regrowth on the allocation path. (Repacking at any tick cost llm_decode's
- * allocation path 3.4 x decay off's simulated driver time, at low ticks
- * 1.2 x: its live memory spans less than a fifth of its peak in a
- * window; the recorded GPT-2 runs come within 5% as soon.)
+ * windows) until reserved memory stays within the excess for REPACK_CALM
+ * windows: a workload whose repacks do not last repacks seldom, since
+ * each costs a step's regrowth on the allocation path. (Repacking at any
+ * tick cost llm_decode's allocation path 3.4 x decay off's simulated
+ * driver time, only between steps 1.2 x: its live memory, drifting with
+ * a growing KV cache, spans less than a fifth of its peak in a window;
+ * the recorded GPT-2 runs come within 5% as soon.)
  *
  * Safety. The ages decide what goes, never when: a range that goes is
  * first taken out of the cache (held and draining: nobody's memory, out
@@ -107,7 +106,7 @@ typedef struct xsa_decay {
     sample s[SAMPLES];        /* the window's ticks, oldest at head */
     size_t head, n;
     int64_t need;             /* the highest peak of the window at the last tick */
-    int64_t low;              /* the lowest live memory its ticks saw */
+    int64_t low;              /* the lowest live memory its ticks saw, at the last tick */
     uint64_t over_since;      /* the tick reserved memory went above the repack bound (0: within) */
     uint64_t within_since;    /* the tick it came within (0: above) */
     uint64_t repack_wait;     /* ns above the bound before the next repack */
@@ -153,19 +152,19 @@ static void push(xsa_decay *d, sample s) {
     d->s[(d->head + d->n++) % SAMPLES] = s;
 }
 
-/* Drops the samples older than the window (the newest always stays); the
- * highest peak of those left, and the lowest live memory they saw. */
-static void window(xsa_decay *d, uint64_t now, uint64_t span, int64_t *need, int64_t *low) {
+/* Drops the samples older than the window (the newest always stays);
+ * d->need and d->low from those left. */
+static void window(xsa_decay *d, uint64_t now, uint64_t span) {
     while (d->n > 1 && d->s[d->head].t + span < now) {
         d->head = (d->head + 1) % SAMPLES;
         d->n--;
     }
-    *need = 0;
-    *low = INT64_MAX;
+    d->need = 0;
+    d->low = INT64_MAX;
     for (size_t i = 0; i < d->n; i++) {
         const sample *s = &d->s[(d->head + i) % SAMPLES];
-        if (s->peak > *need) *need = s->peak;
-        if (s->live < *low) *low = s->live;
+        if (s->peak > d->need) d->need = s->peak;
+        if (s->live < d->low) d->low = s->live;
     }
 }
 
@@ -298,8 +297,6 @@ static bool keep_range(xsa_decay *d, xsa_block *b) {
     return true;
 }
 
-/* Takes pages [lo, hi) of free block b out of the cache to go: held,
- * draining (out of reserved), waiting for the next fence. */
 /* Range b of `pages` pages is a helper job's, out of the segment's
  * memory (held, draining), or no longer. */
 static void hold(xsa_seg *s, xsa_block *b, size_t pages) {
@@ -314,6 +311,8 @@ static void unhold(xsa_seg *s, xsa_block *b, size_t pages) {
     s->draining_pages -= pages;
 }
 
+/* Takes pages [lo, hi) of free block b out of the cache to go: held,
+ * draining (out of reserved), waiting for the next fence. */
 static bool take(xsa_pool *p, xsa_decay *d, xsa_block *b, size_t lo, size_t hi) {
     xsa_seg *s = b->seg;
     char err[128];
@@ -375,11 +374,13 @@ static void take_runs(xsa_pool *p, xsa_decay *d, uint64_t before, size_t *budget
     free(runs);
 }
 
-/* Whether this tick repacks: reserved memory has stayed above need by
- * more than REPACK_EXCESS of it and REPACK_MIN_PAGES for the wait, and
- * live memory is low in the window's steps; the backoff's bookkeeping. */
-static bool repack_due(const xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
+/* Whether this tick repacks: reserved memory has stayed above the
+ * window's peak by more than REPACK_EXCESS of it and REPACK_MIN_PAGES for
+ * the wait, and live memory is low in the window's steps; the backoff's
+ * bookkeeping. */
+static bool repack_due(const xsa_pool *p, xsa_decay *d, uint64_t stamp) {
     uint64_t span = window_ns(p);
+    int64_t need = d->need;
     /* One tick at first, and again if page_decay_ms changed under it. */
     if (d->repack_wait < period_ns(p) || d->repack_wait > 2 * REPACK_MAX_WAIT * span) d->repack_wait = period_ns(p);
     double excess = (double)p->reserved - (double)need;
@@ -402,10 +403,10 @@ static bool repack_due(const xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t 
 /* Chooses what goes at this tick: old runs (every free run when it
  * repacks), oldest first, from their high end, while reserved stays above
  * the bound. */
-static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp, int64_t need) {
-    double bound = (1.0 + p->opt.page_recycling_headroom) * (double)need;
+static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp) {
+    double bound = (1.0 + p->opt.page_recycling_headroom) * (double)d->need;
     uint64_t span = window_ns(p), before = stamp > span ? stamp - span : 0;
-    if (repack_due(p, d, stamp, need)) before = stamp;
+    if (repack_due(p, d, stamp)) before = stamp;
     if ((double)p->reserved <= bound) return;
     size_t budget = (size_t)(((double)p->reserved - bound) / (double)p->page_size);
     take_runs(p, d, before, &budget);
@@ -416,9 +417,8 @@ int64_t xsa_decay_packing_high(const xsa_pool *p) {
     if (!d || !d->repacked || !p->opt.page_decay_ms || !p->expandable ||
         d->last + 1 - d->repacked > PACKING_TICKS * period_ns(p))
         return -1;
-    const xsa_stat *all = &p->stats.allocated_bytes[XSA_STAT_ALL];
-    int64_t high = d->need > all->peak ? d->need : all->peak;
-    return high > p->interval_peak_held ? high : p->interval_peak_held;
+    int64_t interval = xsa_pool_interval_peak(p);
+    return d->need > interval ? d->need : interval;
 }
 
 /* ---- the tick and the round ---- */
@@ -426,14 +426,11 @@ int64_t xsa_decay_packing_high(const xsa_pool *p) {
 static void tick(xsa_pool *p, xsa_decay *d, uint64_t now) {
     uint64_t stamp = now + 1; /* 0 means "not free" */
     push(d, (sample){now, xsa_pool_take_interval_peak(p), p->stats.allocated_bytes[XSA_STAT_ALL].current});
-    int64_t need, low;
-    window(d, now, window_ns(p), &need, &low);
-    d->need = need;
-    d->low = low;
+    window(d, now, window_ns(p));
     age_pages(p, stamp);
     d->last = now;
     d->ticks++;
-    if (!p->capturing) choose(p, d, stamp, need);
+    if (!p->capturing) choose(p, d, stamp);
 }
 
 size_t xsa_decay_round(xsa_pool *p, uint64_t now, xsa_block **out, size_t max, xsa_cu_result *failure) {

@@ -65,9 +65,14 @@ int64_t xsa_pool_reserved_high(const xsa_pool *p) {
     return peak > p->reserved_high ? peak : p->reserved_high;
 }
 
+int64_t xsa_pool_interval_peak(const xsa_pool *p) {
+    int64_t peak = p->stats.allocated_bytes[XSA_STAT_ALL].peak;
+    return peak > p->interval_peak_held ? peak : p->interval_peak_held;
+}
+
 int64_t xsa_pool_take_interval_peak(xsa_pool *p) {
     xsa_stat *all = &p->stats.allocated_bytes[XSA_STAT_ALL];
-    int64_t interval = all->peak > p->interval_peak_held ? all->peak : p->interval_peak_held;
+    int64_t interval = xsa_pool_interval_peak(p);
     if (all->peak > p->peak_held) p->peak_held = all->peak;
     all->peak = all->current;
     p->interval_peak_held = 0;

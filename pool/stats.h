@@ -20,6 +20,9 @@ void xsa_pool_reset_accumulated_stats(xsa_pool *p);
 int64_t xsa_pool_allocated_high(const xsa_pool *p);
 /* The highest reserved bytes seen, peak resets notwithstanding. */
 int64_t xsa_pool_reserved_high(const xsa_pool *p);
+/* The highest allocated bytes since decay's last tick, the user's peak
+ * resets notwithstanding. */
+int64_t xsa_pool_interval_peak(const xsa_pool *p);
 /* The highest allocated bytes since the last call (decay's ticks): the
  * stat's peak starts again from the current value, and what the user
  * reads stays the peak since their last reset (state.h's peak_held). */

@@ -77,6 +77,8 @@ ALLOCS = {
     "xsalloc_helper": (None, "helper_thread:True,page_decay_ms:0", True),
     "xsalloc_decay": (None, "helper_thread:True,page_decay_ms:500", True),
 }
+TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held against
+XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off")
 
 
 def child(args):
@@ -270,10 +272,10 @@ def paired_ratios(rows, workloads):
     lines = []
     for w in workloads:
         parts = []
-        for a in ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off"):
+        for a in XSALLOCS:
             rounds = sorted({rnd for (rnd, ww, aa) in by if ww == w and aa == a})
-            vs_torch = [by[rnd, w, a] / min(by[rnd, w, t] for t in ("native", "expandable") if (rnd, w, t) in by)
-                        for rnd in rounds if any((rnd, w, t) in by for t in ("native", "expandable"))]
+            vs_torch = [by[rnd, w, a] / min(by[rnd, w, t] for t in TORCH if (rnd, w, t) in by)
+                        for rnd in rounds if any((rnd, w, t) in by for t in TORCH)]
             vs_off = [by[rnd, w, a] / by[rnd, w, "xsalloc_off"] for rnd in rounds
                       if a != "xsalloc_off" and (rnd, w, "xsalloc_off") in by]
             cell = []
@@ -309,9 +311,9 @@ def device_table(rows, device):
         print(f"| {w:10s} | " + " | ".join(cells) + " |")
     print("\nxsalloc against the fastest of torch native and expandable, and against xsalloc_off (> 1.02: flagged)")
     for w in workloads:
-        torch_best = min((med[w, a] for a in ("native", "expandable") if (w, a) in med), default=None)
+        torch_best = min((med[w, a] for a in TORCH if (w, a) in med), default=None)
         parts = []
-        for a in ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off"):
+        for a in XSALLOCS:
             if (w, a) not in med:
                 continue
             s = f"{a} {med[w, a] / torch_best:.3f}x torch" if torch_best else a

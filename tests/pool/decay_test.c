@@ -407,6 +407,13 @@ static void test_stats_peaks_stay_the_users(void **state) {
     teardown(p);
 }
 
+/* A burst of `bytes` on S0 sets the peak and empty_cache takes it back:
+ * reserved memory is below its peak, where the helper readies pages. */
+static void burst_taken_back(xsa_pool *p, size_t bytes) {
+    release(p, alloc(p, bytes, S0));
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+}
+
 static void test_pages_readied_where_a_growth_ended_below_the_peak(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, helper_only);
@@ -419,8 +426,7 @@ static void test_pages_readied_where_a_growth_ended_below_the_peak(void **state)
      * next one: the next miss of the stream is a cache hit. The user's
      * peak reset (torch.cuda.reset_peak_memory_stats every step, to log
      * it) changes nothing: the peak is the highest ever. */
-    release(p, alloc(p, 20 * MiB, S0));
-    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    burst_taken_back(p, 20 * MiB);
     xsa_pool_reset_peak_stats(p);
     check(p);
     assert_int_equal(reserved(p), 2 * MiB);
@@ -445,8 +451,7 @@ static void test_readied_pages_a_growth_overtook_never_raise_the_peak(void **sta
     /* a [0, 2) MiB stays; a 4 MiB burst sets the peak at 6, empty_cache
      * takes it back; b's growth of one page is to be readied ahead. */
     void *a = alloc(p, 2 * MiB, S0);
-    release(p, alloc(p, 4 * MiB, S0));
-    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    burst_taken_back(p, 4 * MiB);
     void *b = alloc(p, 2 * MiB, S0);
     assert_int_equal(reserved(p), 4 * MiB);
     /* The helper holds the page after b and maps it outside the lock;
@@ -558,8 +563,7 @@ static void test_readying_that_fails_leaves_the_range_unmapped(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, helper_only);
     void *a = alloc(p, 2 * MiB, S0);
-    release(p, alloc(p, 20 * MiB, S0));
-    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    burst_taken_back(p, 20 * MiB);
     /* Out of memory: a guess gone wrong, nobody is told (the next malloc,
      * a growth, succeeds). */
     void *b = alloc(p, 2 * MiB, S0);
