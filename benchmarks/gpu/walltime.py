@@ -79,6 +79,7 @@ ALLOCS = {
 }
 TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held against
 XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off")
+XSALLOC_PAGE_STATS = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled")
 
 
 def child(args):
@@ -95,17 +96,25 @@ def child(args):
     setup = {"import_s": time.perf_counter() - t_start}
     if use_xsalloc:
         sys.path.append(os.path.join(ROOT, "python"))
+        import xsalloc
         import xsalloc.torch
 
         xsalloc.torch.use(conf=xsa_conf if xsa_conf else None)
     sys.path.insert(0, HERE)
     import real_workloads
 
-    events = []
+    events, cpu_ends, counts = [], [], {}
+
+    def xsalloc_counts():  # driver calls and pages so far (counts only: timing them would cost each call)
+        stats = xsalloc.torch.memory_stats()
+        calls = {k: n for k, (n, _) in xsalloc.driver_calls().items()}
+        return {**calls, **{k: stats[k] for k in XSALLOC_PAGE_STATS}}
 
     def timed_steps(steps, step):  # real_workloads' own, with an event after every step
         torch.cuda.synchronize()
         setup.setdefault("setup_s", time.perf_counter() - t_start)  # the process's start to its first step
+        if use_xsalloc:
+            counts["before"] = xsalloc_counts()
         start = torch.cuda.Event(enable_timing=True)
         start.record()
         t0 = time.perf_counter()
@@ -114,9 +123,12 @@ def child(args):
             e = torch.cuda.Event(enable_timing=True)
             e.record()
             events.append(e)
+            cpu_ends.append(time.perf_counter() - t0)
         torch.cuda.synchronize()
         events.insert(0, start)
         wall = time.perf_counter() - t0
+        if use_xsalloc:
+            counts["after"] = xsalloc_counts()
         return {"wall_s": wall, "steady_s": wall}
 
     real_workloads.timed_steps = timed_steps
@@ -127,7 +139,12 @@ def child(args):
     out = {"workload": args.workload, "alloc": args.alloc, "steps": steps, "median_step_s": statistics.median(times[warm:]),
            "wall_s": res["wall_s"], "impl": res["impl"], "device": torch.cuda.get_device_name(),
            "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated(),
-           **{k: round(v, 2) for k, v in setup.items()}}
+           **{k: round(v, 2) for k, v in setup.items()},
+           # every step's GPU time and the CPU's time at each step's end, to see where a median moved
+           "step_s": [round(t, 5) for t in times], "cpu_end_s": [round(t, 4) for t in cpu_ends]}
+    if use_xsalloc:  # what xsalloc did during the steps: driver calls per entry point, pages
+        before, after = counts["before"], counts["after"]
+        out["xsalloc_steps"] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f)

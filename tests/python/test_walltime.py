@@ -1,0 +1,524 @@
+"""benchmarks/gpu/walltime.py without torch or a GPU.
+
+Design: the parent loop (run()) runs for real, with the real start_child
+and finish_child, but walltime's subprocess.Popen is a stand-in that
+"runs" a child at once: it writes the child's result file, or a failure
+on its stderr file, or hangs until killed, as each test scripts by launch
+index; walltime's clock is a fake one that only time.sleep advances, so
+--budget-s and --timeout are exact and nothing sleeps. nvidia-smi is a
+stand-in (gpus_here) for check_machine. The tables are printed from
+hand-made results files and compared with numbers worked out by hand.
+child() runs in this process against a stand-in torch, imported through
+a finder that charges the import to a fake CPU clock and records the
+environment torch saw: its CUDA events read a GPU clock that each step
+of a stand-in workload advances by a scripted time. xsalloc's use(),
+driver_calls() and torch.memory_stats() are stood in for on the real
+package's modules; one test uses the real library on the simulated
+driver instead (skipped without XSALLOC_LIBRARY), so the keys the child
+reads are the library's own.
+"""
+
+import contextlib
+import ctypes
+import importlib.abc
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+from unittest import mock
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "gpu"))
+import walltime  # noqa: E402
+import xsalloc  # noqa: E402
+import xsalloc.torch  # noqa: E402
+
+CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "XSALLOC_CONF", "XSALLOC_LAG_PROBE")
+
+
+def row(rnd, workload, alloc, ms, device="H100", **extra):
+    """An ok run as finish_child appends it."""
+    r = {"round": rnd, "workload": workload, "alloc": alloc, "status": "ok", "median_step_s": ms / 1e3,
+         "device": device, "peak_reserved": 110, "peak_allocated": 100}
+    r.update(extra)
+    return r
+
+
+def failed(rnd, workload, alloc, error):
+    return {"round": rnd, "workload": workload, "alloc": alloc, "status": "failed", "error": error}
+
+
+def write_rows(path, rows):
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+class FakeProc:
+    def __init__(self, returncode):
+        self.returncode, self.killed = returncode, False
+
+    def poll(self):
+        return self.returncode
+
+    def kill(self):
+        self.killed, self.returncode = True, -9
+
+    def wait(self):
+        return self.returncode
+
+
+class ParentTest(unittest.TestCase):
+    def setUp(self):
+        d = tempfile.TemporaryDirectory()
+        self.addCleanup(d.cleanup)
+        self.dir, self.results = d.name, os.path.join(d.name, "r.jsonl")
+        self.now = 0.0
+        self.launched = []  # (workload, alloc, CUDA_VISIBLE_DEVICES, command) a launch
+        self.procs = []
+        self.outcome = lambda n, alloc: "ok"  # what the n-th child launched does
+        fake_time = types.SimpleNamespace(monotonic=lambda: self.now, sleep=self.sleep)
+        fake_subprocess = types.SimpleNamespace(Popen=self.popen, DEVNULL=subprocess.DEVNULL)
+        for name, value in (("time", fake_time), ("subprocess", fake_subprocess), ("gpus_here", lambda: None)):
+            patcher = mock.patch.object(walltime, name, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+
+    def sleep(self, seconds):
+        self.now += seconds
+        self.assertLess(self.now, 600, "run() goes on past every budget and timeout")
+
+    def popen(self, cmd, stdout, stderr, env):
+        w, a, out = (cmd[cmd.index(flag) + 1] for flag in ("--workload", "--alloc", "--out"))
+        outcome = self.outcome(len(self.launched), a)
+        self.launched.append((w, a, env.get("CUDA_VISIBLE_DEVICES"), cmd))
+        returncode = {"ok": 0, "fail": 1, "silent": 1, "hang": None, "noresult": 0}[outcome]
+        if outcome == "ok":
+            with open(out, "w") as f:
+                json.dump({"workload": w, "alloc": a, "median_step_s": 0.01, "device": "FakeGPU",
+                           "peak_reserved": 3, "peak_allocated": 2}, f)
+        if outcome == "fail":
+            stderr.write("loading the model\nRuntimeError: boom\n")
+        self.procs.append(FakeProc(returncode))
+        return self.procs[-1]
+
+    def run_walltime(self, *argv):
+        """walltime.py run with the results file here: (what it printed, the results file's rows)."""
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            walltime.main(["run", "--results", self.results, *argv])
+        return printed.getvalue(), walltime.load(self.results)
+
+    def test_plan_launches_the_missing_and_failed_runs_rotated(self):
+        before = [row(1, "resnet", a, 10, device="FakeGPU") for a in ("native", "expandable", "xsalloc")] + [
+            row(2, "gpt2_200", "expandable", 10, device="FakeGPU"),
+            failed(1, "gpt2_200", "xsalloc", "timed out after 240 s"),
+            failed(2, "resnet", "native", "RuntimeError: boom")]
+        write_rows(self.results, before)
+        printed, rows = self.run_walltime("--rounds", "3", "--workloads", "resnet,gpt2_200",
+                                          "--allocs", "native,expandable,xsalloc")
+        # Round r, workload i (of the order given): the allocators shifted by (r + i) % 3.
+        expected = [(1, "gpt2_200", "xsalloc"), (1, "gpt2_200", "native"), (1, "gpt2_200", "expandable"),
+                    (2, "resnet", "xsalloc"), (2, "resnet", "native"), (2, "resnet", "expandable"),
+                    (2, "gpt2_200", "native"), (2, "gpt2_200", "xsalloc"),
+                    (3, "resnet", "native"), (3, "resnet", "expandable"), (3, "resnet", "xsalloc"),
+                    (3, "gpt2_200", "expandable"), (3, "gpt2_200", "xsalloc"), (3, "gpt2_200", "native")]
+        self.assertEqual([(w, a) for w, a, _, _ in self.launched], [(w, a) for _, w, a in expected])
+        self.assertEqual(rows[:len(before)], before)
+        new = rows[len(before):]
+        self.assertEqual([(r["round"], r["workload"], r["alloc"]) for r in new], expected)
+        for r in new:
+            self.assertEqual((r["status"], r["median_step_s"], r["device"], r["child_s"]), ("ok", 0.01, "FakeGPU", 0.2))
+            self.assertNotIn("gpu", r)
+        cmd = self.launched[0][3]
+        out = cmd[-1]
+        self.assertEqual(cmd[:-1], [sys.executable, os.path.abspath(walltime.__file__), "child", "--workload",
+                                    "gpt2_200", "--alloc", "xsalloc", "--out"])
+        self.assertEqual(os.path.dirname(out), self.dir)
+        self.assertEqual(self.launched[0][2], os.environ.get("CUDA_VISIBLE_DEVICES"), "one GPU: the default device")
+        self.assertEqual(os.listdir(self.dir), ["r.jsonl"], "the children's result and stderr files are removed")
+        self.assertIn("walltime [   0s] round 1 gpt2_200   xsalloc        ", printed)
+        self.assertIn("    10.00 ms a step", printed)
+        self.assertIn("| gpt2_200   |", printed, "the table of the whole file comes last")
+        self.assertIn("2 failed runs, e.g. resnet native: RuntimeError: boom", printed)
+
+    def test_budget_stops_launching_and_the_next_call_goes_on(self):
+        # Each child ends at once; each turn of the loop sleeps 0.2 s: launches at 0, 0.2 and 0.4 s.
+        printed, rows = self.run_walltime("--rounds", "3", "--workloads", "resnet", "--allocs", "native,xsalloc",
+                                          "--budget-s", "0.5")
+        self.assertEqual([(r["round"], r["alloc"]) for r in rows], [(1, "xsalloc"), (1, "native"), (2, "native")])
+        self.assertIn("walltime: budget of 0.5 s spent: 3 runs not launched (run again with the same --results to go on)",
+                      printed)
+        printed, rows = self.run_walltime("--rounds", "3", "--workloads", "resnet", "--allocs", "native,xsalloc")
+        self.assertEqual([(r["round"], r["alloc"]) for r in rows[3:]], [(2, "xsalloc"), (3, "xsalloc"), (3, "native")])
+        self.assertNotIn("budget", printed)
+        self.assertEqual(len(self.launched), 6)
+
+    def test_failed_runs_are_recorded_and_a_streak_stops_launching(self):
+        script = ["fail", "hang", "silent", "ok", "noresult", "fail", "fail", "fail"]
+        self.outcome = lambda n, alloc: script[n]
+        printed, rows = self.run_walltime("--rounds", "3", "--workloads", "moe", "--allocs", "native,expandable,xsalloc",
+                                          "--timeout", "1.1")
+        self.assertEqual(len(self.launched), 8, "the ok fourth run restarts the count: 4 failures in a row after it")
+        self.assertEqual([r["status"] for r in rows], ["failed"] * 3 + ["ok"] + ["failed"] * 4)
+        self.assertEqual([r.get("error") for r in rows],
+                         ["RuntimeError: boom", "timed out after 1.1 s", "no output", None, "no result",
+                          "RuntimeError: boom", "RuntimeError: boom", "RuntimeError: boom"])
+        self.assertTrue(self.procs[1].killed)
+        self.assertEqual(rows[1]["child_s"], 1.2)
+        self.assertIn("FAILED: timed out after 1.1 s", printed)
+        self.assertIn("walltime: 4 runs failed in a row: 1 runs not launched", printed)
+        self.assertEqual(os.listdir(self.dir), ["r.jsonl"])
+
+    def test_failures_in_a_row_allowed_are_twice_the_gpus(self):
+        self.outcome = lambda n, alloc: "fail"
+        printed, rows = self.run_walltime("--rounds", "4", "--workloads", "moe", "--allocs", "native,expandable,xsalloc",
+                                          "--gpus", "5")
+        self.assertEqual(len(self.launched), 10)
+        self.assertEqual(len(rows), 10)
+        self.assertIn("walltime: 10 runs failed in a row: 2 runs not launched", printed)
+
+    def test_gpus_run_side_by_side_on_gpus_that_change(self):
+        _, rows = self.run_walltime("--rounds", "2", "--workloads", "resnet", "--allocs", "native,expandable",
+                                    "--gpus", "2")
+        self.assertEqual([(w, a, gpu) for w, a, gpu, _ in self.launched],
+                         [("resnet", "expandable", "0"), ("resnet", "native", "1"),
+                          ("resnet", "native", "0"), ("resnet", "expandable", "1")])
+        self.assertEqual([(r["round"], r["alloc"], r["gpu"]) for r in rows],
+                         [(1, "expandable", 0), (1, "native", 1), (2, "native", 0), (2, "expandable", 1)])
+
+    def test_a_refused_machine_launches_nothing(self):
+        write_rows(self.results, [row(1, "resnet", "native", 10, device="NVIDIA H200")])
+        with mock.patch.object(walltime, "gpus_here", lambda: ["NVIDIA H100 80GB HBM3"]):
+            with self.assertRaises(SystemExit):
+                self.run_walltime("--rounds", "1", "--workloads", "resnet", "--allocs", "native,expandable")
+        self.assertEqual(self.launched, [])
+
+
+class CheckMachineTest(unittest.TestCase):
+    H100 = "NVIDIA H100 80GB HBM3"
+
+    def check(self, names, gpus, rows):
+        """check_machine with nvidia-smi naming `names` and a results file of `rows`."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.jsonl")
+            write_rows(path, rows)
+            with mock.patch.object(walltime, "gpus_here", lambda: names):
+                return walltime.check_machine(types.SimpleNamespace(gpus=gpus, results=path))
+
+    def test_more_gpus_than_the_machine_has_are_refused(self):
+        with self.assertRaises(SystemExit) as cm:
+            self.check([self.H100] * 2, 3, [])
+        self.assertIn("--gpus 3 but this machine has 2 GPU(s)", str(cm.exception))
+        self.check([self.H100] * 2, 2, [])
+
+    def test_results_from_another_card_are_refused(self):
+        rows = [row(1, "resnet", "native", 10, device=self.H100), row(2, "resnet", "native", 10, device="NVIDIA H200")]
+        with self.assertRaises(SystemExit) as cm:
+            self.check([self.H100], 1, rows)
+        self.assertIn("holds runs on ['NVIDIA H100 80GB HBM3', 'NVIDIA H200'], this machine has NVIDIA H100 80GB HBM3",
+                      str(cm.exception))
+
+    def test_the_same_card_is_accepted(self):
+        rows = [row(1, "resnet", "native", 10, device=self.H100),
+                dict(failed(1, "resnet", "xsalloc", "boom"), device="NVIDIA H200")]  # only ok runs count
+        self.assertIsNone(self.check([self.H100, self.H100], 2, rows))
+        self.assertIsNone(self.check([self.H100], 1, []))
+
+    def test_without_nvidia_smi_nothing_is_checked(self):
+        self.assertIsNone(self.check(None, 8, [row(1, "resnet", "native", 10, device="NVIDIA H200")]))
+
+    def test_gpus_here_applies_cuda_visible_devices(self):
+        smi = types.SimpleNamespace(run=lambda *a, **kw: types.SimpleNamespace(stdout="A\nB\n\nC\n"),
+                                    TimeoutExpired=subprocess.TimeoutExpired)
+        with mock.patch.object(walltime, "subprocess", smi), mock.patch.dict(os.environ, CUDA_VISIBLE_DEVICES="2,0,7"):
+            self.assertEqual(walltime.gpus_here(), ["C", "A"])
+
+        def missing(*a, **kw):
+            raise FileNotFoundError("nvidia-smi")
+
+        smi = types.SimpleNamespace(run=missing, TimeoutExpired=subprocess.TimeoutExpired)
+        with mock.patch.object(walltime, "subprocess", smi):
+            self.assertIsNone(walltime.gpus_here())
+
+
+class TableTest(unittest.TestCase):
+    def table(self, rows):
+        """`walltime.py table` of rows: its text a device (the failed runs' line with the last one)."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.jsonl")
+            write_rows(path, rows)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                walltime.main(["table", path])
+        return printed.getvalue().split("\nMedian step time after warm-up, median of the runs' medians")[1:]
+
+    @staticmethod
+    def blocks(section):
+        """A device's text as {first line: the lines under it}, blocks being what blank lines part."""
+        return {b.splitlines()[0]: b.splitlines()[1:] for b in section.strip("\n").split("\n\n")}
+
+    @staticmethod
+    def cells(line):
+        return [c.strip() for c in line.split("|")[1:-1]]
+
+    def test_tables_ratios_start_up_peaks_and_failures(self):
+        ms = {"native": (10, 12, 11), "expandable": (9, 14, 12), "xsalloc": (11, 12),  # its round 3 failed
+              "xsalloc_off": (10, 11, 10.5), "xsalloc_helper": (10.8, 11.0, 11.2), "xsalloc_decay": (9.9, 11.0, 10.45)}
+        setup = {"native": (20, 30, 25), "xsalloc": (40, 50)}
+        rows = []
+        for a, times in ms.items():
+            for i, t in enumerate(times):
+                extra = {"setup_s": setup[a][i]} if a in setup else {}
+                if a == "native":
+                    extra["peak_reserved"] = (150, 130, 140)[i]
+                rows.append(row(i + 1, "resnet", a, t, **extra))
+        rows += [row(1, "gpt2_200", "native", 100, setup_s=7.0), row(1, "gpt2_200", "expandable", 104),
+                 row(1, "gpt2_200", "xsalloc", 101.2), row(1, "gpt2_200", "xsalloc_decay", 103),
+                 row(1, "moe", "xsalloc", 50, peak_allocated=0),
+                 failed(1, "gpt2_200", "native", "timed out after 240 s"),
+                 row(1, "resnet", "native", 20, device="H200"),
+                 failed(3, "resnet", "xsalloc", "RuntimeError: boom")]
+        h100, h200 = self.table(rows)
+        self.assertTrue(h100.startswith(" [min-max] (n runs); H100\n"))
+        self.assertTrue(h200.startswith(" [min-max] (n runs); H200\n"))
+
+        blocks = self.blocks(h100)
+        table = blocks[" [min-max] (n runs); H100"]
+        self.assertEqual(self.cells(table[0]), ["workload"] + list(ms))
+        self.assertEqual(self.cells(table[2]), ["gpt2_200", "100.00 ms [100.0-100.0] (1)", "104.00 ms [104.0-104.0] (1)",
+                                                "101.20 ms [101.2-101.2] (1)", "-", "-", "103.00 ms [103.0-103.0] (1)"])
+        self.assertEqual(self.cells(table[3]), ["resnet", "11.00 ms [10.0-12.0] (3)", "12.00 ms [9.0-14.0] (3)",
+                                                "11.50 ms [11.0-12.0] (2)", "10.50 ms [10.0-11.0] (3)",
+                                                "11.00 ms [10.8-11.2] (3)", "10.45 ms [9.9-11.0] (3)"])
+        self.assertEqual(self.cells(table[4]), ["moe", "-", "-", "50.00 ms [50.0-50.0] (1)", "-", "-", "-"])
+        self.assertEqual(len(table), 5)
+        # gpt2_200: torch's best is 100 ms. resnet: native's 11.00 ms, xsalloc_off's 10.50 ms. (!): above 1.02 either way.
+        self.assertEqual(blocks["xsalloc against the fastest of torch native and expandable, and against xsalloc_off "
+                                "(> 1.02: flagged)"], [
+            "  gpt2_200   xsalloc 1.012x torch; xsalloc_decay 1.030x torch (!)",
+            "  resnet     xsalloc 1.045x torch, 1.095x off (!); xsalloc_helper 1.000x torch, 1.048x off (!); "
+            "xsalloc_decay 0.950x torch, 0.995x off; xsalloc_off 0.955x torch",
+            "  moe        xsalloc"])
+        # Round by round, resnet: torch's best 9, 12, 11 ms and xsalloc_off's 10, 11, 10.5 ms. xsalloc:
+        # 11/9, 12/12 and 11/10, 12/11; helper: 10.8/9, 11/12, 11.2/11 and 10.8/10, 11/11, 11.2/10.5;
+        # decay: 9.9/9, 11/12, 10.45/11 and 9.9/10, 11/11, 10.45/10.5; off: 10/9, 11/12, 10.5/11.
+        self.assertEqual(blocks["The same, round by round: the median of each round's ratio [min-max] (n rounds)"], [
+            "  gpt2_200   xsalloc 1.012x torch [1.012-1.012] (1); xsalloc_decay 1.030x torch [1.030-1.030] (1)",
+            "  resnet     xsalloc 1.111x torch [1.000-1.222] (2), 1.095x off [1.091-1.100] (2); "
+            "xsalloc_helper 1.018x torch [0.917-1.200] (3), 1.067x off [1.000-1.080] (3); "
+            "xsalloc_decay 0.950x torch [0.917-1.100] (3), 0.995x off [0.990-1.000] (3); "
+            "xsalloc_off 0.955x torch [0.917-1.111] (3)"])
+        self.assertIn("Start-up, median seconds from a run's process start to its first step: gpt2_200 7.0, resnet 30.0",
+                      blocks)
+        self.assertEqual(blocks["Peak reserved / peak allocated, median of the runs [min-max]"], [
+            "  gpt2_200   " + "; ".join(f"{a} 1.100 [1.100-1.100]" for a in ("native", "expandable", "xsalloc",
+                                                                           "xsalloc_decay")),
+            "  resnet     native 1.400 [1.300-1.500]; " + "; ".join(f"{a} 1.100 [1.100-1.100]" for a in list(ms)[1:]),
+            "  moe        "])  # no peak allocated: no ratio
+
+        blocks = self.blocks(h200)
+        table = blocks[" [min-max] (n runs); H200"]
+        self.assertEqual([self.cells(table[0]), self.cells(table[2])],
+                         [["workload", "native"], ["resnet", "20.00 ms [20.0-20.0] (1)"]])
+        self.assertEqual(len(table), 3)
+        self.assertEqual(list(blocks)[1:], [
+            "xsalloc against the fastest of torch native and expandable, and against xsalloc_off (> 1.02: flagged)",
+            "Peak reserved / peak allocated, median of the runs [min-max]",
+            "2 failed runs, e.g. resnet xsalloc: RuntimeError: boom"])
+        self.assertEqual(blocks["Peak reserved / peak allocated, median of the runs [min-max]"],
+                         ["  resnet     native 1.100 [1.100-1.100]"])
+
+    def test_only_failed_runs(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.jsonl")
+            write_rows(path, [failed(1, "moe", "xsalloc", "no result")])
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                walltime.table(path)
+        self.assertEqual(printed.getvalue(), "walltime: no results\n\n1 failed runs, e.g. moe xsalloc: no result\n")
+
+
+class TorchImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds 'torch' as `module`; importing it calls on_import (the import's time, the environment it sees)."""
+
+    def __init__(self, module, on_import):
+        self.module, self.on_import = module, on_import
+
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "torch" else None
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        self.on_import()
+
+
+class ChildTest(unittest.TestCase):
+    # GPU milliseconds of each step (warm-up: max(2, n // 4) steps), CPU milliseconds of each.
+    GPU_MS = {4: [100, 50, 10, 20], 12: [100, 50, 40, 10, 12, 11, 13, 9, 14, 10, 11, 12]}
+    CPU_MS = {4: [1, 2, 3, 4], 12: [1] * 12}
+
+    def setUp(self):
+        self.cpu, self.gpu = 0.0, 0.0  # seconds, milliseconds
+        self.env_at_import, self.used = None, []
+        self.calls, self.pages = {}, {}  # the stand-ins' xsalloc driver calls and page statistics
+        self.step_extra = None
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        # Set, so that the child is seen to drop them; the lag probe's in the
+        # temporary directory, as the library writes that file at its shutdown.
+        env = {v: "x" for v in CONF_VARS}
+        env["XSALLOC_LAG_PROBE"] = os.path.join(self.dir.name, "lag.json")
+        for patcher in (mock.patch.dict(os.environ, env),
+                        mock.patch.dict(sys.modules), mock.patch.object(sys, "path", list(sys.path)),
+                        mock.patch.object(sys, "meta_path", list(sys.meta_path)),
+                        mock.patch.object(walltime, "time", types.SimpleNamespace(perf_counter=lambda: self.cpu)),
+                        mock.patch.object(xsalloc.torch, "use", self.use),
+                        mock.patch.dict(walltime.WORKLOADS, four=("stand_in", 4), twelve=("stand_in", 12))):
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        sys.modules.pop("torch", None)
+        sys.meta_path.insert(0, TorchImport(self.torch(), self.import_torch))
+        workloads = types.ModuleType("real_workloads")
+        workloads.stand_in = self.workload
+        sys.modules["real_workloads"] = workloads
+        self.workloads = workloads
+
+    def torch(self):
+        test = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                test.assertTrue(enable_timing)
+
+            def record(self):
+                self.ms = test.gpu
+
+            def elapsed_time(self, end):
+                return end.ms - self.ms
+
+        torch = types.ModuleType("torch")
+        torch.cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: None, get_device_name=lambda: "FakeGPU",
+                                           max_memory_reserved=lambda: 300, max_memory_allocated=lambda: 200,
+                                           is_initialized=lambda: False)
+        return torch
+
+    def import_torch(self):
+        self.cpu += 2.004
+        self.env_at_import = {v: os.environ.get(v) for v in CONF_VARS}
+
+    def use(self, conf=None):
+        self.used.append(conf)
+        self.cpu += 0.5
+
+    def xsalloc_did(self, calls=0, unmaps=0):
+        """The stand-ins' counts move: `calls` mem_map and mem_create calls and pages mapped, `unmaps` mem_unmap calls
+        and pages unmapped."""
+        for entry, n in (("mem_map", calls), ("mem_create", calls), ("mem_unmap", unmaps)):
+            if n:
+                c = self.calls.setdefault(entry, [0, 0.0])
+                c[0], c[1] = c[0] + n, c[1] + 2.5 * n
+        self.pages["num_pages_mapped"] += calls
+        self.pages["num_pages_unmapped"] += unmaps
+        self.pages["allocated_bytes.all.current"] += calls << 20
+
+    def workload(self, n):
+        """real_workloads' function: builds (5 s, and the GPU's 500 ms), runs n steps through timed_steps."""
+        self.cpu += 5.008
+        self.gpu += 500
+        self.xsalloc_did(calls=10)
+
+        def step(i):
+            self.gpu += self.GPU_MS[n][i]
+            self.cpu += self.CPU_MS[n][i] / 1e3
+            if self.step_extra:
+                self.step_extra(i)
+
+        res = self.workloads.timed_steps(n, step)
+        self.xsalloc_did(calls=100)  # after the steps: not theirs
+        return {**res, "impl": "stand-in"}
+
+    def run_child(self, alloc, workload="four"):
+        self.calls = {"init": [1, 0.0], "mem_map": [5, 12.5], "mem_create": [5, 40.0]}
+        self.pages = {"num_pages_mapped": 5, "num_pages_unmapped": 0, "num_pages_recycled": 2,
+                      "allocated_bytes.all.current": 0}
+        out = os.path.join(self.dir.name, "r.json")
+        walltime.child(types.SimpleNamespace(workload=workload, alloc=alloc, out=out))
+        with open(out) as f:
+            return json.load(f)
+
+    def test_native_child_times_the_steps_after_warm_up(self):
+        res = self.run_child("native")
+        self.assertEqual(self.env_at_import, dict.fromkeys(CONF_VARS))
+        self.assertEqual(os.environ["HF_HUB_OFFLINE"], "1")
+        self.assertEqual(self.used, [])
+        self.assertAlmostEqual(res.pop("median_step_s"), 0.015)  # steps 3 and 4: the first 2 are warm-up
+        self.assertAlmostEqual(res.pop("wall_s"), 0.010)
+        self.assertEqual(res, {"workload": "four", "alloc": "native", "steps": 4, "impl": "stand-in",
+                               "device": "FakeGPU", "peak_reserved": 300, "peak_allocated": 200,
+                               "import_s": 2.0, "setup_s": 7.01,
+                               "step_s": [0.1, 0.05, 0.01, 0.02], "cpu_end_s": [0.001, 0.003, 0.006, 0.01]})
+
+    def test_warm_up_is_a_quarter_of_the_steps(self):
+        res = self.run_child("expandable", "twelve")
+        self.assertAlmostEqual(res["median_step_s"], 0.011)  # the median of the last 9: 3 are warm-up
+        self.assertEqual(res["step_s"], [t / 1e3 for t in self.GPU_MS[12]])
+        self.assertEqual(self.env_at_import, dict.fromkeys(CONF_VARS) | {
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        self.assertNotIn("xsalloc_steps", res)
+
+    def test_xsalloc_child_counts_what_xsalloc_did_during_the_steps(self):
+        stand_ins = (mock.patch.object(xsalloc, "driver_calls", lambda: {k: list(v) for k, v in self.calls.items()}),
+                     mock.patch.object(xsalloc.torch, "memory_stats", lambda device=None: dict(self.pages)))
+        for patcher in stand_ins:
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        self.step_extra = lambda i: self.xsalloc_did(calls=1, unmaps=1 if i == 2 else 0)
+        res = self.run_child("xsalloc")
+        self.assertEqual(self.used, [None])
+        self.assertEqual(self.env_at_import, dict.fromkeys(CONF_VARS))
+        self.assertEqual(res["setup_s"], 7.51, "use() is start-up")
+        self.assertEqual(res["import_s"], 2.0)
+        # Only the keys that changed; none of init or num_pages_recycled; no byte statistics.
+        self.assertEqual(res["xsalloc_steps"], {"mem_map": 4, "mem_create": 4, "mem_unmap": 1,
+                                                "num_pages_mapped": 4, "num_pages_unmapped": 1})
+        self.assertAlmostEqual(res["median_step_s"], 0.015)
+        for alloc, conf in (("xsalloc_off", "helper_thread:False"),
+                            ("xsalloc_decay", "helper_thread:True,page_decay_ms:500"),
+                            ("xsalloc_helper", "helper_thread:True,page_decay_ms:0")):
+            self.used = []
+            self.assertEqual(self.run_child(alloc)["xsalloc_steps"]["mem_map"], 4)
+            self.assertEqual(self.used, [conf])
+            self.assertEqual(self.env_at_import, dict.fromkeys(CONF_VARS), "use(conf) is xsalloc's configuration")
+
+    @unittest.skipUnless(os.environ.get("XSALLOC_LIBRARY"), "needs XSALLOC_LIBRARY (tests/python/python_test.sh sets it)")
+    def test_xsalloc_counts_come_from_the_library(self):
+        from xsalloc import _lib
+
+        lib = _lib.load()
+        lib.cdll.xsa_shutdown()
+        lib.check(lib.cdll.xsa_use_driver(b"sim"), "xsa_use_driver")
+        self.addCleanup(lib.cdll.xsa_shutdown)
+
+        def step(_):  # 64 MiB mapped, freed, and its pages unmapped
+            ptr = ctypes.c_void_p()
+            lib.check(lib.cdll.xsa_malloc(ctypes.byref(ptr), ctypes.c_size_t(64 << 20), 0, None), "xsa_malloc")
+            lib.check(lib.cdll.xsa_free(ptr), "xsa_free")
+            xsalloc.empty_cache()
+
+        self.step_extra = step
+        steps = self.run_child("xsalloc_off")["xsalloc_steps"]
+        self.assertNotIn("init", steps, "xsalloc started before the steps")
+        self.assertGreater(steps["mem_map"], 0)
+        self.assertGreater(steps["num_pages_mapped"], 0)
+        self.assertEqual(steps["num_pages_unmapped"], steps["num_pages_mapped"])
+        self.assertEqual(steps["mem_create"], steps["num_pages_mapped"])
+
+
+if __name__ == "__main__":
+    unittest.main()
