@@ -30,6 +30,8 @@ from . import _adapter_build as build
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WAIT_REPORT_S = 30  # a waiting process says so again every this many seconds
+NAME_BYTES = 64  # the lock file holds its holder's name (_me()), blank-padded to this
+NAME_WAIT_S = 1.0  # how long a waiter that finds the file blank reads it again
 
 
 class AdapterUnavailableError(RuntimeError):
@@ -72,18 +74,29 @@ def prebuilt(torch, what, libdir):
     return path, None
 
 
+def _holder(fd):
+    """The name the lock's holder wrote in the lock file. A holder writes it right after it took the
+    lock, so a blank file is read again for up to NAME_WAIT_S before it says "another process"."""
+    deadline = time.monotonic() + NAME_WAIT_S
+    while True:
+        name = os.pread(fd, NAME_BYTES, 0).decode(errors="replace").strip()
+        if name or time.monotonic() >= deadline:
+            return name or "another process"
+        time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def build_lock(build_dir):
     """Holds the build directory's flock, waiting (and saying so) while another process holds it."""
     os.makedirs(build_dir, exist_ok=True)
     path = os.path.join(build_dir, "xsalloc.lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    held = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            _say(f"waiting for {holder} to finish building the torch adapter in {build_dir}")
+            _say(f"waiting for {_holder(fd)} to finish building the torch adapter in {build_dir}")
             start = last = time.monotonic()
             while True:
                 try:
@@ -95,14 +108,16 @@ def build_lock(build_dir):
                     last = time.monotonic()
                     _say(f"still waiting for the torch adapter's build ({last - start:.0f} s)")
             _say(f"done waiting ({time.monotonic() - start:.1f} s)")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, _me().encode(), 0)
+        held = True
+        os.pwrite(fd, _me().encode()[:NAME_BYTES].ljust(NAME_BYTES), 0)  # one write: never read half done
         stale = os.path.join(build_dir, "lock")  # torch's FileBaton: no live builder can hold it now
         if os.path.exists(stale):
             os.remove(stale)
             _say(f"removed {stale}, left by a build that was killed before it finished; building again")
         yield
     finally:
+        if held:
+            os.pwrite(fd, b" " * NAME_BYTES, 0)  # a process that waits later names no one gone
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

@@ -12,13 +12,17 @@ their own torch only, and the CUDA runtime's headers are found in the
 nvidia pip packages beside torch when there is no toolkit.
 """
 
+import contextlib
+import fcntl
 import glob
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 import unittest
@@ -92,6 +96,58 @@ class FirstUseBuildTest(unittest.TestCase):
         for version in ("2.99.0+fake", "2.98.1+fake", "2.99.0+fake"):
             self.finish(self.start(FAKE_TORCH_VERSION=version))
         self.assertEqual(sorted(len(pids) for pids in self.builds().values()), [1, 1], "two builds, one reused")
+
+
+class BuildLockTest(unittest.TestCase):
+    """In process: the holder's name in the lock file, as a waiter reads it (the race behind
+    'waiting for another process' where a rank was expected)."""
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = tmp.name
+        self.path = os.path.join(self.dir, "xsalloc.lock")
+
+    def hold(self, name_after_s, release_after_s):
+        """Another holder (its own open file, so its flock excludes build_lock's): it took the lock with
+        the file blank, writes its name after name_after_s and lets go after release_after_s."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.pwrite(fd, b" " * _adapter.NAME_BYTES, 0)
+
+        def later():
+            time.sleep(name_after_s)
+            os.pwrite(fd, b"rank 7 (pid 1)".ljust(_adapter.NAME_BYTES), 0)
+            time.sleep(release_after_s - name_after_s)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+        t = threading.Thread(target=later)
+        t.start()
+        self.addCleanup(t.join)
+
+    def wait_for_lock(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), _adapter.build_lock(self.dir):
+            with open(self.path, "rb") as f:
+                held = f.read().strip().decode()
+        with open(self.path, "rb") as f:
+            after = f.read()
+        return err.getvalue(), held, after
+
+    def test_a_waiter_names_a_holder_that_had_not_written_its_name_yet(self):
+        self.hold(name_after_s=0.3, release_after_s=0.6)
+        err, held, after = self.wait_for_lock()
+        self.assertIn(f"pid {os.getpid()}: waiting for rank 7 (pid 1) to finish building the torch adapter in "
+                      f"{self.dir}", err)
+        self.assertIn("done waiting", err)
+        self.assertEqual(held, f"pid {os.getpid()}", "the holder's name, whole")
+        self.assertEqual(after, b" " * _adapter.NAME_BYTES, "blank once let go: a later waiter names no one gone")
+
+    def test_a_holder_that_never_names_itself_is_another_process(self):
+        self.hold(name_after_s=_adapter.NAME_WAIT_S + 0.5, release_after_s=_adapter.NAME_WAIT_S + 0.7)
+        err, _, _ = self.wait_for_lock()
+        self.assertIn("waiting for another process to finish building", err)
 
 
 class PrebuiltTest(unittest.TestCase):
