@@ -225,24 +225,32 @@ xsa_status xsa_get_stats(int device, xsa_device_stats *stats) {
     bool held; /* false from a hook or trace callback of this device, which may read the stats */
     if ((st = xsa_api_lock_pool_to_read("xsa_get_stats", device, &p, &held)) != XSA_SUCCESS) return st;
     xsa_pool_get_stats(p, stats);
+    const xsa_device_lock *l = &xsa_api_slot(device)->lock;
+    stats->num_device_lock_waits = (int64_t)atomic_load_explicit(&l->waits, memory_order_relaxed);
+    stats->device_lock_wait_us = (int64_t)(atomic_load_explicit(&l->wait_ns, memory_order_relaxed) / 1000);
     if (held) xsa_api_unlock(device);
     return xsa_ok();
 }
 
-static xsa_status with_pool(const char *fn, int device, void (*action)(xsa_pool *)) {
+/* Runs action on device's pool with its lock held, and clears the lock's
+ * wait counts too when asked (they are accumulated statistics). */
+static xsa_status with_pool(const char *fn, int device, void (*action)(xsa_pool *), bool lock_waits) {
     xsa_status st = xsa_api_check_device(fn, device);
     if (st != XSA_SUCCESS) return st;
     xsa_pool *p;
     if ((st = xsa_api_lock_pool(fn, device, &p)) != XSA_SUCCESS) return st;
     action(p);
+    if (lock_waits) xsa_device_lock_clear_waits(&xsa_api_slot(device)->lock);
     xsa_api_unlock(device);
     return xsa_ok();
 }
 
-xsa_status xsa_reset_peak_stats(int device) { return with_pool("xsa_reset_peak_stats", device, xsa_pool_reset_peak_stats); }
+xsa_status xsa_reset_peak_stats(int device) {
+    return with_pool("xsa_reset_peak_stats", device, xsa_pool_reset_peak_stats, false);
+}
 
 xsa_status xsa_reset_accumulated_stats(int device) {
-    return with_pool("xsa_reset_accumulated_stats", device, xsa_pool_reset_accumulated_stats);
+    return with_pool("xsa_reset_accumulated_stats", device, xsa_pool_reset_accumulated_stats, true);
 }
 
 xsa_status xsa_enable_peer_access(int device, int peer) {

@@ -23,6 +23,12 @@
  * (xsa_get_stats), reads without the lock its own thread holds. The check
  * is on the contended path only: the uncontended acquire stays one
  * compare-and-swap.
+ *
+ * Waits: an acquire that sleeps counts itself and the time it slept, under
+ * the lock it then holds (xsa_get_stats' num_device_lock_waits and
+ * device_lock_wait_us): what the helper thread's rounds, or the program's
+ * other threads, cost a caller. Spins are not counted (under a
+ * microsecond).
  */
 #ifndef XSA_API_DEVICE_LOCK_H
 #define XSA_API_DEVICE_LOCK_H
@@ -52,6 +58,10 @@ typedef struct xsa_device_lock {
     _Atomic int sleepers; /* threads asleep on state, or about to be */
     /* The holder while it runs a user callback under the lock, else 0. */
     _Atomic uintptr_t callback_thread;
+    /* Acquires that slept for the lock (spinning was not enough), and the
+     * nanoseconds they slept: how much the device's callers waited for each
+     * other (the helper thread's rounds, other threads); xsa_get_stats. */
+    _Atomic uint64_t waits, wait_ns;
 } xsa_device_lock;
 
 /* The holder (the calling thread) is about to call user code with the lock
@@ -84,11 +94,18 @@ static inline bool xsa_device_lock_acquire_napping(xsa_device_lock *l, long nap_
         if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 && xsa_device_lock_try(l)) return true;
     }
     atomic_fetch_add_explicit(&l->sleepers, 1, memory_order_seq_cst);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     while (!xsa_device_lock_try(l)) {
         struct timespec nap = {nap_ns / 1000000000L, nap_ns % 1000000000L};
         syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 1, &nap, NULL, 0);
     }
     atomic_fetch_sub_explicit(&l->sleepers, 1, memory_order_relaxed);
+    clock_gettime(CLOCK_MONOTONIC, &t1); /* held: the counts below change under the lock only */
+    int64_t slept = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    atomic_store_explicit(&l->waits, atomic_load_explicit(&l->waits, memory_order_relaxed) + 1, memory_order_relaxed);
+    atomic_store_explicit(&l->wait_ns, atomic_load_explicit(&l->wait_ns, memory_order_relaxed) + (uint64_t)(slept > 0 ? slept : 0),
+                          memory_order_relaxed);
     return true;
 }
 
@@ -97,6 +114,13 @@ static inline bool xsa_device_lock_acquire_napping(xsa_device_lock *l, long nap_
 __attribute__((warn_unused_result)) static inline bool xsa_device_lock_acquire(xsa_device_lock *l) {
     if (__builtin_expect(xsa_device_lock_try(l), 1)) return true;
     return xsa_device_lock_acquire_napping(l, XSA_DEVICE_LOCK_NAP_NS);
+}
+
+/* Zeroes the wait counts (the holder: a new pool's statistics, or
+ * xsa_reset_accumulated_stats). */
+static inline void xsa_device_lock_clear_waits(xsa_device_lock *l) {
+    atomic_store_explicit(&l->waits, 0, memory_order_relaxed);
+    atomic_store_explicit(&l->wait_ns, 0, memory_order_relaxed);
 }
 
 static inline void xsa_device_lock_release(xsa_device_lock *l) {

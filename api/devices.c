@@ -285,6 +285,7 @@ xsa_status xsa_devices_create_pool(int device) {
         return xsa_api_status(ps);
     }
     if (warning) fprintf(stderr, "xsalloc: warning: device %d: %s\n", device, warning);
+    xsa_device_lock_clear_waits(&s->lock); /* statistics start with the pool: none of an earlier one's */
     xsa_pool_set_listener(s->pool, &(xsa_pool_listener){range_reserved, range_released, NULL});
     xsa_pool_set_observer(s->pool, g.observer, NULL);
     xsa_pool_set_helper(s->pool, g.helper_wake, NULL);

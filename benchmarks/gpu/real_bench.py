@@ -44,7 +44,8 @@ RECORD_ONLY_STEPS = {"llama_requests": 24}
 TORCH_ALLOCS = {"native": None, "expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 DEFAULT_ALLOCS = ["native", "expandable", "async", "xsalloc"]
 XSALLOC_STATS = ("num_pages_recycled", "num_pages_mapped", "num_pages_unmapped", "num_device_alloc",
-                 "num_device_free", "num_alloc_retries", "num_ooms", "allocation.all.allocated")
+                 "num_device_free", "num_alloc_retries", "num_ooms", "allocation.all.allocated",
+                 "num_device_lock_waits", "device_lock_wait_us")
 
 
 # ---- arguments ----

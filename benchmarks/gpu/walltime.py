@@ -79,7 +79,9 @@ ALLOCS = {
 }
 TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held against
 XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off")
-XSALLOC_PAGE_STATS = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled")
+# xsalloc's counters read before and after the steps: pages, and the calls that slept for the device's lock
+XSALLOC_STEP_STATS = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled", "num_device_lock_waits",
+                      "device_lock_wait_us")
 
 
 def child(args):
@@ -108,7 +110,7 @@ def child(args):
     def xsalloc_counts():  # driver calls and pages so far (counts only: timing them would cost each call)
         stats = xsalloc.torch.memory_stats()
         calls = {k: n for k, (n, _) in xsalloc.driver_calls().items()}
-        return {**calls, **{k: stats[k] for k in XSALLOC_PAGE_STATS}}
+        return {**calls, **{k: stats[k] for k in XSALLOC_STEP_STATS}}
 
     def timed_steps(steps, step):  # real_workloads' own, with an event after every step
         torch.cuda.synchronize()
@@ -142,7 +144,7 @@ def child(args):
            **{k: round(v, 2) for k, v in setup.items()},
            # every step's GPU time and the CPU's time at each step's end, to see where a median moved
            "step_s": [round(t, 5) for t in times], "cpu_end_s": [round(t, 4) for t in cpu_ends]}
-    if use_xsalloc:  # what xsalloc did during the steps: driver calls per entry point, pages
+    if use_xsalloc:  # what xsalloc did during the steps: driver calls per entry point, pages, lock waits
         before, after = counts["before"], counts["after"]
         out["xsalloc_steps"] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     tmp = args.out + ".tmp"

@@ -52,6 +52,12 @@ typedef struct xsa_device_stats {
      * pools' blocks out of allocation, allocated_bytes, active,
      * active_bytes and requested_bytes (current values). */
     xsa_stat paused_bytes;
+    /* xsalloc's own: calls on the device that slept for its lock (another
+     * thread held it: the helper thread's rounds, another thread of the
+     * program) and the microseconds they slept; accumulated (reset by
+     * xsa_reset_accumulated_stats). */
+    int64_t num_device_lock_waits;
+    int64_t device_lock_wait_us;
 } xsa_device_stats;
 
 /* A memory pool's id: a pair of integers like PyTorch's MempoolId_t ({0, 0}

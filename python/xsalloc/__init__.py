@@ -48,7 +48,8 @@ def driver_name():
 
 def memory_stats_as_nested_dict(device=0):
     """torch.cuda.memory_stats_as_nested_dict()'s layout for `device`, plus
-    num_pages_mapped / num_pages_unmapped / num_pages_recycled and paused_bytes (xsa_pause)."""
+    num_pages_mapped / num_pages_unmapped / num_pages_recycled, paused_bytes (xsa_pause) and
+    num_device_lock_waits / device_lock_wait_us (calls that slept for the device's lock, and how long)."""
     return load().stats(device).as_nested_dict()
 
 

@@ -49,6 +49,7 @@ _STAT_ARRAYS = (
 )
 _COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
 _EXTRA = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled")
+_LOCK_WAITS = ("num_device_lock_waits", "device_lock_wait_us")
 
 
 class DeviceStats(ctypes.Structure):
@@ -60,16 +61,17 @@ class DeviceStats(ctypes.Structure):
         + [("oversize_allocations", _Stat), ("oversize_segments", _Stat), ("max_split_size", ctypes.c_int64)]
         + [(name, ctypes.c_int64) for name in _EXTRA]
         + [("paused_bytes", _Stat)]
+        + [(name, ctypes.c_int64) for name in _LOCK_WAITS]
     )
 
     def as_nested_dict(self):
-        """The layout of torch.cuda.memory_stats_as_nested_dict(), plus xsalloc's page counters
-        and paused_bytes (the page bytes tagged pools released by pausing)."""
+        """The layout of torch.cuda.memory_stats_as_nested_dict(), plus xsalloc's page counters,
+        paused_bytes (the page bytes tagged pools released by pausing) and the device lock's waits."""
 
         def stat(s):
             return {"current": s.current, "peak": s.peak, "allocated": s.allocated, "freed": s.freed}
 
-        out = {name: getattr(self, name) for name in _COUNTERS + ("max_split_size",) + _EXTRA}
+        out = {name: getattr(self, name) for name in _COUNTERS + ("max_split_size",) + _EXTRA + _LOCK_WAITS}
         for name in _STAT_ARRAYS:
             out[name] = {pool: stat(getattr(self, name)[i]) for i, pool in enumerate(_POOLS)}
         out["oversize_allocations"] = stat(self.oversize_allocations)

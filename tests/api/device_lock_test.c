@@ -6,7 +6,9 @@
  * The wake-up test's waiter naps for 10 minutes, past the test's timeout,
  * so a wake-up that did not happen fails the test instead of slowing it.
  * A holder inside a callback that asks for its own lock again is told so
- * at once, while another thread still waits (the re-entry check).
+ * at once, while another thread still waits (the re-entry check). An
+ * acquire that slept counts one wait and at least the time the holder kept
+ * the lock after it fell asleep; acquires that did not wait count nothing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +35,8 @@ static void reset_lock(void) {
     atomic_init(&lock.state, 0);
     atomic_init(&lock.sleepers, 0);
     atomic_init(&lock.callback_thread, 0);
+    atomic_init(&lock.waits, 0);
+    atomic_init(&lock.wait_ns, 0);
 }
 
 /* Takes the lock, which no re-entry can refuse here. */
@@ -140,12 +144,35 @@ static void test_reentry_from_a_callback_is_refused_not_waited(void **state) {
     assert_int_equal(atomic_load(&lock.state), 0);
 }
 
+/* A sleeper's wait is counted with the time it slept; uncontended
+ * acquires, and the holder's own, count nothing. */
+static void test_a_sleep_counts_one_wait_and_its_time(void **state) {
+    (void)state;
+    reset_lock();
+    for (int i = 0; i < 100; i++) {
+        take();
+        xsa_device_lock_release(&lock);
+    }
+    assert_int_equal(atomic_load(&lock.waits), 0);
+    assert_int_equal(atomic_load(&lock.wait_ns), 0);
+    nap_ns = LONG_NAP_NS;
+    pthread_t t = hold_until_a_sleeper();
+    struct timespec held = {0, 20000000L}; /* 20 ms with the waiter asleep */
+    nanosleep(&held, NULL);
+    xsa_device_lock_release(&lock);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&lock.waits), 1);
+    assert_true(atomic_load(&lock.wait_ns) >= 20000000u);
+    assert_true(atomic_load(&lock.wait_ns) < 60000000000u); /* not a clock gone wrong */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_excludes_and_counts),
         cmocka_unit_test(test_reentry_from_a_callback_is_refused_not_waited),
         cmocka_unit_test(test_release_wakes_the_sleeper),
         cmocka_unit_test(test_missed_wake_ends_with_the_nap),
+        cmocka_unit_test(test_a_sleep_counts_one_wait_and_its_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

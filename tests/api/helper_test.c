@@ -7,7 +7,9 @@
  * with config.c's rules; a failure of its driver calls reaches the next
  * xsa_malloc or xsa_empty_cache as an error, once, and nothing is lost;
  * and it runs beside threads that allocate (the TSan build checks the
- * locking). Cases on the thread wait on real time (with generous limits);
+ * locking); a call that slept for the device's lock shows in the
+ * statistics (num_device_lock_waits, device_lock_wait_us) until they are
+ * reset. Cases on the thread wait on real time (with generous limits);
  * the failure cases use the helper's manual mode and a clock of their own.
  */
 #include <pthread.h>
@@ -23,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "api/devices.h"
 #include "api/helper.h"
 #include "tests/api/api_fixture.h"
 #include "xsalloc/sim.h"
@@ -343,6 +346,46 @@ static void test_beside_threads_that_allocate(void **state) {
     INVARIANTS(0);
 }
 
+static void *malloc_and_free(void *arg) {
+    (void)arg;
+    void *ptr;
+    if (xsa_malloc(&ptr, MiB, 0, NULL) != XSA_SUCCESS || xsa_free(ptr) != XSA_SUCCESS) return (void *)"failed";
+    return NULL;
+}
+
+/* The device's lock held (as a helper round holds it) while another thread
+ * allocates: that call's sleep is counted, with its time, until reset. */
+static void test_a_wait_for_the_lock_shows_in_the_stats(void **state) {
+    (void)state;
+    OK(xsa_init("helper_thread:False"));
+    void *ptr;
+    OK(xsa_malloc(&ptr, MiB, 0, NULL)); /* the device's pool exists */
+    OK(xsa_free(ptr));
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.num_device_lock_waits, 0);
+    assert_int_equal(s.device_lock_wait_us, 0);
+    xsa_device_lock *lock = &xsa_api_slot(0)->lock;
+    assert_true(xsa_device_lock_acquire(lock));
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, malloc_and_free, NULL), 0);
+    for (int i = 0; i < WAIT_S * 1000 && atomic_load(&lock->sleepers) == 0; i++) nap_ms(1);
+    assert_int_equal(atomic_load(&lock->sleepers), 1);
+    nap_ms(20);
+    xsa_device_lock_release(lock);
+    void *result = NULL;
+    pthread_join(t, &result);
+    assert_null(result);
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.num_device_lock_waits, 1);
+    assert_true(s.device_lock_wait_us >= 20000);
+    OK(xsa_reset_accumulated_stats(0));
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.num_device_lock_waits, 0);
+    assert_int_equal(s.device_lock_wait_us, 0);
+    INVARIANTS(0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_starts_lazily_once_and_only_when_on, setup, teardown),
@@ -355,6 +398,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_the_next_malloc_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_empty_cache_too, setup, teardown),
         cmocka_unit_test_setup_teardown(test_beside_threads_that_allocate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_wait_for_the_lock_shows_in_the_stats, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -425,6 +425,8 @@ class ChildTest(unittest.TestCase):
                 c[0], c[1] = c[0] + n, c[1] + 2.5 * n
         self.pages["num_pages_mapped"] += calls
         self.pages["num_pages_unmapped"] += unmaps
+        self.pages["num_device_lock_waits"] += unmaps  # an unmap's round kept a call waiting
+        self.pages["device_lock_wait_us"] += 250 * unmaps
         self.pages["allocated_bytes.all.current"] += calls << 20
 
     def workload(self, n):
@@ -446,7 +448,7 @@ class ChildTest(unittest.TestCase):
     def run_child(self, alloc, workload="four"):
         self.calls = {"init": [1, 0.0], "mem_map": [5, 12.5], "mem_create": [5, 40.0]}
         self.pages = {"num_pages_mapped": 5, "num_pages_unmapped": 0, "num_pages_recycled": 2,
-                      "allocated_bytes.all.current": 0}
+                      "num_device_lock_waits": 3, "device_lock_wait_us": 900, "allocated_bytes.all.current": 0}
         out = os.path.join(self.dir.name, "r.json")
         walltime.child(types.SimpleNamespace(workload=workload, alloc=alloc, out=out))
         with open(out) as f:
@@ -486,7 +488,8 @@ class ChildTest(unittest.TestCase):
         self.assertEqual(res["import_s"], 2.0)
         # Only the keys that changed; none of init or num_pages_recycled; no byte statistics.
         self.assertEqual(res["xsalloc_steps"], {"mem_map": 4, "mem_create": 4, "mem_unmap": 1,
-                                                "num_pages_mapped": 4, "num_pages_unmapped": 1})
+                                                "num_pages_mapped": 4, "num_pages_unmapped": 1,
+                                                "num_device_lock_waits": 1, "device_lock_wait_us": 250})
         self.assertAlmostEqual(res["median_step_s"], 0.015)
         for alloc, conf in (("xsalloc_off", "helper_thread:False"),
                             ("xsalloc_decay", "helper_thread:True,page_decay_ms:500"),
@@ -518,6 +521,7 @@ class ChildTest(unittest.TestCase):
         self.assertGreater(steps["num_pages_mapped"], 0)
         self.assertEqual(steps["num_pages_unmapped"], steps["num_pages_mapped"])
         self.assertEqual(steps["mem_create"], steps["num_pages_mapped"])
+        self.assertNotIn("num_device_lock_waits", steps, "one thread, the helper off: nobody waited")
 
 
 if __name__ == "__main__":

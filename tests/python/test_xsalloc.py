@@ -190,10 +190,11 @@ class TorchEntryPointTest(SimTestCase):
 
 
 class StatsTest(SimTestCase):
-    def test_keys_are_torchs_plus_page_counters_and_paused_bytes(self):
+    def test_keys_are_torchs_plus_page_counters_paused_bytes_and_lock_waits(self):
         keys = set(xsalloc.memory_stats(0))
         paused = {f"paused_bytes.{k}" for k in ("current", "peak", "allocated", "freed")}
-        self.assertEqual(keys - TORCH_KEYS, {"num_pages_mapped", "num_pages_unmapped", "num_pages_recycled"} | paused)
+        self.assertEqual(keys - TORCH_KEYS, {"num_pages_mapped", "num_pages_unmapped", "num_pages_recycled",
+                                             "num_device_lock_waits", "device_lock_wait_us"} | paused)
         self.assertEqual(TORCH_KEYS - keys, set())
         self.assertEqual(list(xsalloc.memory_stats(0)), sorted(keys), "sorted like torch's")
 
