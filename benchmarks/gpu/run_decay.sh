@@ -11,7 +11,9 @@
 # walltime's results there (default: a new /tmp/xsa-decay.XXXXXX).
 # walltime writes $OUT/walltime_results.jsonl; WALLTIME_FROM=FILE (the
 # file an earlier call returned, put in the working tree) is copied there
-# first, so rounds add up over calls. LIMIT=SECONDS caps the whole command
+# first, so rounds add up over calls; without it, the tracked rounds of
+# this machine's card, benchmarks/results/walltime_<card>.jsonl (h100,
+# h200), if there are any (commit the returned file over it). LIMIT=SECONDS caps the whole command
 # (default 590: walltime's budget is 390 s and a child 180 s at most).
 # PY: the python3 with torch (default /opt/torch/.venv/bin/python3, else
 # python3).
@@ -29,7 +31,13 @@ case "$what" in
 bursty) exec timeout "$LIMIT" "$PY" benchmarks/gpu/bursty.py --out "$OUT" "$@" ;;
 two_procs) exec timeout "$LIMIT" "$PY" benchmarks/gpu/two_procs.py "$@" ;;
 walltime)
-    if [ -n "${WALLTIME_FROM:-}" ]; then cp "$WALLTIME_FROM" "$OUT/walltime_results.jsonl"; fi
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9]*' | head -1 || true)
+    tracked=benchmarks/results/walltime_$(echo "$card" | tr 'A-Z' 'a-z').jsonl
+    if [ -z "${WALLTIME_FROM:-}" ] && [ -n "$card" ] && [ -f "$tracked" ]; then WALLTIME_FROM=$tracked; fi
+    if [ -n "${WALLTIME_FROM:-}" ]; then
+        echo "run_decay.sh: walltime goes on from $WALLTIME_FROM" >&2
+        cp "$WALLTIME_FROM" "$OUT/walltime_results.jsonl"
+    fi
     exec timeout "$LIMIT" "$PY" benchmarks/gpu/walltime.py run --results "$OUT/walltime_results.jsonl" \
         --budget-s 390 --timeout 180 "$@" ;;
 *) echo "run_decay.sh: $what: expected bursty, two_procs or walltime" >&2; exit 2 ;;
