@@ -3,7 +3,7 @@
     walltime.py run [--rounds 8] [--results FILE] [--workloads W,...] [--allocs A,...] [--budget-s 540]
                     [--timeout 240] [--gpus N]
     walltime.py table FILE
-    walltime.py child --workload W --alloc A --out FILE
+    walltime.py child --workload W --alloc A --out FILE [--alternate N]
 
 Design: each run is one child process (PyTorch reads its allocator
 configuration once per process) that builds its workload
@@ -37,6 +37,15 @@ allocator's median against the fastest of torch native and expandable
 and against xsalloc with decay and the helper off, and the same ratios
 taken round by round (a run against the runs of its own round) with
 their median, min and max.
+
+`child --alternate N` (an xsalloc allocator) measures decay's cost inside
+one process, where runs of one allocator differ by up to 15% between
+processes: every N steps it switches between xsalloc_off's and
+xsalloc_decay's settings at run time (xsalloc.set_allocator_settings),
+blocks in the order off, decay, decay, off, off, decay, ... (so that a
+drift over the run weighs on both alike), and reports each mode's median
+step time after warm-up, leaving out the first step of every block (the
+switch's own cost), and their ratio.
 
 Allocators: native (no PYTORCH_CUDA_ALLOC_CONF), expandable
 (expandable_segments:True), xsalloc (xsalloc.torch.use(), its defaults),
@@ -80,6 +89,7 @@ ALLOCS = {
 TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held against
 XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off")
 # xsalloc's counters read before and after the steps: pages, and the calls that slept for the device's lock
+AB_MODES = ("xsalloc_off", "xsalloc_decay")  # child --alternate: the settings it switches between, ABBA
 XSALLOC_STEP_STATS = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled", "num_device_lock_waits",
                       "device_lock_wait_us")
 
@@ -88,6 +98,9 @@ def child(args):
     """Runs one workload under one allocator; writes one JSON object."""
     t_start = time.perf_counter()
     torch_conf, xsa_conf, use_xsalloc = ALLOCS[args.alloc]
+    block = getattr(args, "alternate", None)
+    if block is not None and (not use_xsalloc or block < 1):
+        sys.exit(f"walltime.py child: --alternate {block} needs an xsalloc allocator and N >= 1")
     for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "XSALLOC_CONF", "XSALLOC_LAG_PROBE"):
         os.environ.pop(var, None)
     if torch_conf:
@@ -105,7 +118,7 @@ def child(args):
     sys.path.insert(0, HERE)
     import real_workloads
 
-    events, cpu_ends, counts = [], [], {}
+    events, cpu_ends, counts, modes = [], [], {}, []
 
     def xsalloc_counts():  # driver calls and pages so far (counts only: timing them would cost each call)
         stats = xsalloc.torch.memory_stats()
@@ -121,6 +134,11 @@ def child(args):
         start.record()
         t0 = time.perf_counter()
         for i in range(steps):
+            if block and i % block == 0:  # blocks off, decay, decay, off, off, decay, ...
+                mode = AB_MODES[(i // block + 1) // 2 % 2]
+                xsalloc.set_allocator_settings(ALLOCS[mode][1])
+            if block:
+                modes.append(mode)
             step(i)
             e = torch.cuda.Event(enable_timing=True)
             e.record()
@@ -147,6 +165,13 @@ def child(args):
     if use_xsalloc:  # what xsalloc did during the steps: driver calls per entry point, pages, lock waits
         before, after = counts["before"], counts["after"]
         out["xsalloc_steps"] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    if block:
+        kept = [i for i in range(warm, len(times)) if i % block]  # a block's first step pays for the switch
+        median = {m: statistics.median(times[i] for i in kept if modes[i] == m) for m in AB_MODES
+                  if any(modes[i] == m for i in kept)}
+        out["alternate"] = {"block": block, "modes": modes, "median_s": median}
+        if len(median) == len(AB_MODES):
+            out["alternate"]["ratio"] = median[AB_MODES[1]] / median[AB_MODES[0]]
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f)
@@ -364,6 +389,8 @@ def main(argv):
         p.add_argument("--workload", required=True, choices=list(WORKLOADS))
         p.add_argument("--alloc", required=True, choices=list(ALLOCS))
         p.add_argument("--out", required=True)
+        p.add_argument("--alternate", type=int, metavar="N",
+                       help="switch between xsalloc_off's and xsalloc_decay's settings every N steps")
         child(p.parse_args(argv[1:]))
         return
     if argv and argv[0] == "table":

@@ -360,8 +360,11 @@ class TorchImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 class ChildTest(unittest.TestCase):
     # GPU milliseconds of each step (warm-up: max(2, n // 4) steps), CPU milliseconds of each.
-    GPU_MS = {4: [100, 50, 10, 20], 12: [100, 50, 40, 10, 12, 11, 13, 9, 14, 10, 11, 12]}
-    CPU_MS = {4: [1, 2, 3, 4], 12: [1] * 12}
+    GPU_MS = {4: [100, 50, 10, 20], 12: [100, 50, 40, 10, 12, 11, 13, 9, 14, 10, 11, 12],
+              # --alternate 2: blocks off, decay, decay, off, off, decay, decay, off; warm-up 4 steps; a
+              # block's first step 50 ms (the switch), its second 10 ms under off and 12 under decay
+              16: [100] * 4 + [50, 12, 50, 10, 50, 10, 50, 12, 50, 12, 50, 10]}
+    CPU_MS = {4: [1, 2, 3, 4], 12: [1] * 12, 16: [1] * 16}
 
     def setUp(self):
         self.cpu, self.gpu = 0.0, 0.0  # seconds, milliseconds
@@ -379,7 +382,8 @@ class ChildTest(unittest.TestCase):
                         mock.patch.object(sys, "meta_path", list(sys.meta_path)),
                         mock.patch.object(walltime, "time", types.SimpleNamespace(perf_counter=lambda: self.cpu)),
                         mock.patch.object(xsalloc.torch, "use", self.use),
-                        mock.patch.dict(walltime.WORKLOADS, four=("stand_in", 4), twelve=("stand_in", 12))):
+                        mock.patch.dict(walltime.WORKLOADS, four=("stand_in", 4), twelve=("stand_in", 12),
+                                        sixteen=("stand_in", 16))):
             patcher.start()
             self.addCleanup(patcher.stop)
         sys.modules.pop("torch", None)
@@ -445,12 +449,12 @@ class ChildTest(unittest.TestCase):
         self.xsalloc_did(calls=100)  # after the steps: not theirs
         return {**res, "impl": "stand-in"}
 
-    def run_child(self, alloc, workload="four"):
+    def run_child(self, alloc, workload="four", alternate=None):
         self.calls = {"init": [1, 0.0], "mem_map": [5, 12.5], "mem_create": [5, 40.0]}
         self.pages = {"num_pages_mapped": 5, "num_pages_unmapped": 0, "num_pages_recycled": 2,
                       "num_device_lock_waits": 3, "device_lock_wait_us": 900, "allocated_bytes.all.current": 0}
         out = os.path.join(self.dir.name, "r.json")
-        walltime.child(types.SimpleNamespace(workload=workload, alloc=alloc, out=out))
+        walltime.child(types.SimpleNamespace(workload=workload, alloc=alloc, out=out, alternate=alternate))
         with open(out) as f:
             return json.load(f)
 
@@ -499,6 +503,32 @@ class ChildTest(unittest.TestCase):
             self.assertEqual(self.used, [conf])
             self.assertEqual(self.env_at_import, dict.fromkeys(CONF_VARS), "use(conf) is xsalloc's configuration")
 
+    def test_alternate_switches_settings_abba_and_compares_the_modes(self):
+        settings = []
+        stand_ins = (mock.patch.object(xsalloc, "driver_calls", lambda: {k: list(v) for k, v in self.calls.items()}),
+                     mock.patch.object(xsalloc.torch, "memory_stats", lambda device=None: dict(self.pages)),
+                     mock.patch.object(xsalloc, "set_allocator_settings", settings.append))
+        for patcher in stand_ins:
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        res = self.run_child("xsalloc_off", "sixteen", alternate=2)
+        off, decay = walltime.ALLOCS["xsalloc_off"][1], walltime.ALLOCS["xsalloc_decay"][1]
+        self.assertEqual(settings, [off, decay, decay, off, off, decay, decay, off], "one switch a block, ABBA")
+        alt = res["alternate"]
+        self.assertEqual(alt["modes"], [m for m in ("xsalloc_off", "xsalloc_decay", "xsalloc_decay", "xsalloc_off",
+                                                    "xsalloc_off", "xsalloc_decay", "xsalloc_decay", "xsalloc_off")
+                                        for _ in range(2)])
+        # Without warm-up and the blocks' first steps: off 10 ms, decay 12 ms.
+        self.assertEqual(alt["median_s"], {"xsalloc_off": 0.01, "xsalloc_decay": 0.012})
+        self.assertAlmostEqual(alt["ratio"], 1.2)
+        self.assertEqual(alt["block"], 2)
+        self.assertNotIn("alternate", self.run_child("xsalloc_off", "sixteen"), "only when asked")
+
+    def test_alternate_needs_xsalloc(self):
+        for alloc, n in (("native", 2), ("xsalloc_off", 0)):
+            with self.assertRaisesRegex(SystemExit, f"--alternate {n} needs an xsalloc allocator"):
+                self.run_child(alloc, "sixteen", alternate=n)
+
     @unittest.skipUnless(os.environ.get("XSALLOC_LIBRARY"), "needs XSALLOC_LIBRARY (tests/python/python_test.sh sets it)")
     def test_xsalloc_counts_come_from_the_library(self):
         from xsalloc import _lib
@@ -522,6 +552,9 @@ class ChildTest(unittest.TestCase):
         self.assertEqual(steps["num_pages_unmapped"], steps["num_pages_mapped"])
         self.assertEqual(steps["mem_create"], steps["num_pages_mapped"])
         self.assertNotIn("num_device_lock_waits", steps, "one thread, the helper off: nobody waited")
+        # The library takes both modes' settings at run time, between steps that allocate.
+        alt = self.run_child("xsalloc_off", "sixteen", alternate=2)["alternate"]
+        self.assertEqual(set(alt["median_s"]), set(walltime.AB_MODES))
 
 
 if __name__ == "__main__":
