@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu/run_decay.sh bursty    [bursty.py options]      # ~3 min
 #   bash benchmarks/gpu/run_decay.sh two_procs [two_procs.py options]   # ~3 min
 #   bash benchmarks/gpu/run_decay.sh walltime  [walltime.py options]    # 390 s of runs + one child (180 s at most)
+#   bash benchmarks/gpu/run_decay.sh alternate [walltime.py options]    # the same, walltime.py run --alternate
 #
 # Builds libxsalloc.so with setup.py (tests/gpu/build_lib.sh), then runs
 # benchmarks/gpu/<script>.py. OUT=DIR keeps bursty's SVG and JSON and
@@ -13,7 +14,9 @@
 # file an earlier call returned, put in the working tree) is copied there
 # first, so rounds add up over calls; without it, the tracked rounds of
 # this machine's card, benchmarks/results/walltime_<card>.jsonl (h100,
-# h200), if there are any (commit the returned file over it). LIMIT=SECONDS caps the whole command
+# h200), if there are any (commit the returned file over it). alternate
+# writes $OUT/walltime_alternate.jsonl (ALTERNATE_FROM=FILE as above; no
+# tracked file). LIMIT=SECONDS caps the whole command
 # (default 590: walltime's budget is 390 s and a child 180 s at most).
 # PY: the python3 with torch (default /opt/torch/.venv/bin/python3, else
 # python3).
@@ -23,7 +26,7 @@ PY=${PY:-$( [ -x /opt/torch/.venv/bin/python3 ] && echo /opt/torch/.venv/bin/pyt
 OUT=${OUT:-$(mktemp -d /tmp/xsa-decay.XXXXXX)}
 LIMIT=${LIMIT:-590}
 mkdir -p "$OUT"
-what=${1:?usage: run_decay.sh bursty|two_procs|walltime [options]}
+what=${1:?usage: run_decay.sh bursty|two_procs|walltime|alternate [options]}
 shift
 . tests/gpu/build_lib.sh
 export HF_HUB_OFFLINE=1
@@ -40,5 +43,9 @@ walltime)
     fi
     exec timeout "$LIMIT" "$PY" benchmarks/gpu/walltime.py run --results "$OUT/walltime_results.jsonl" \
         --budget-s 390 --timeout 180 "$@" ;;
-*) echo "run_decay.sh: $what: expected bursty, two_procs or walltime" >&2; exit 2 ;;
+alternate)
+    if [ -n "${ALTERNATE_FROM:-}" ]; then cp "$ALTERNATE_FROM" "$OUT/walltime_alternate.jsonl"; fi
+    exec timeout "$LIMIT" "$PY" benchmarks/gpu/walltime.py run --alternate --results "$OUT/walltime_alternate.jsonl" \
+        --budget-s 390 --timeout 180 "$@" ;;
+*) echo "run_decay.sh: $what: expected bursty, two_procs, walltime or alternate" >&2; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 """Wall time of real workloads under PyTorch's allocators and xsalloc, interleaved, rounds spread over calls.
 
     walltime.py run [--rounds 8] [--results FILE] [--workloads W,...] [--allocs A,...] [--budget-s 540]
-                    [--timeout 240] [--gpus N]
+                    [--timeout 240] [--gpus N] [--alternate]
     walltime.py table FILE
     walltime.py child --workload W --alloc A --out FILE [--alternate N]
 
@@ -45,7 +45,10 @@ xsalloc_decay's settings at run time (xsalloc.set_allocator_settings),
 blocks in the order off, decay, decay, off, off, decay, ... (so that a
 drift over the run weighs on both alike), and reports each mode's median
 step time after warm-up, leaving out the first step of every block (the
-switch's own cost), and their ratio.
+switch's own cost), and their ratio. `run --alternate` runs such children (xsalloc_off's
+settings first, ALTERNATE_BLOCK's N a workload) as rounds, in a results
+file of their own, and the table gives each workload's ratios, median
+[min-max] (n runs).
 
 Allocators: native (no PYTORCH_CUDA_ALLOC_CONF), expandable
 (expandable_segments:True), xsalloc (xsalloc.torch.use(), its defaults),
@@ -90,6 +93,9 @@ TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held 
 XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off")
 # xsalloc's counters read before and after the steps: pages, and the calls that slept for the device's lock
 AB_MODES = ("xsalloc_off", "xsalloc_decay")  # child --alternate: the settings it switches between, ABBA
+# run --alternate: steps a block, a few of decay's 500 ms windows where steps are short (not llama_gen: its
+# requests differ too much for a block's median)
+ALTERNATE_BLOCK = {"gpt2_200": 10, "resnet": 4, "loader_24": 3, "loader_200": 10, "moe": 4}
 XSALLOC_STEP_STATS = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled", "num_device_lock_waits",
                       "device_lock_wait_us")
 
@@ -189,11 +195,14 @@ def load(path):
     return rows
 
 
-def start_child(job, gpu, tmp_dir):
-    """Launches run `job` (round, workload, allocator) on `gpu` (None: the default device)."""
+def start_child(job, gpu, tmp_dir, block=None):
+    """Launches run `job` (round, workload, allocator) on `gpu` (None: the default device), switching
+    settings every `block` steps if given (child --alternate)."""
     rnd, w, a = job
     out = os.path.join(tmp_dir, f".walltime-{os.getpid()}-{rnd}-{w}-{a}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "child", "--workload", w, "--alloc", a, "--out", out]
+    if block:
+        cmd += ["--alternate", str(block)]
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -227,6 +236,8 @@ def finish_child(c, results, start, timeout):
     with open(results, "a") as f:
         f.write(json.dumps(rec) + "\n")
     shown = f"{rec['median_step_s'] * 1e3:8.2f} ms a step" if rec["status"] == "ok" else f"FAILED: {rec['error']}"
+    if rec.get("alternate", {}).get("ratio"):
+        shown += f", decay / off {rec['alternate']['ratio']:.3f} inside the run"
     where = f" gpu {c['gpu']}" if c["gpu"] is not None else ""
     print(f"walltime [{time.monotonic() - start:4.0f}s] round {rnd} {w:10s} {a:14s}{where} {shown}", flush=True)
     return rec["status"] == "ok"
@@ -264,6 +275,15 @@ def run(args):
     check_machine(args)
     workloads = [w for w in args.workloads.split(",") if w]
     allocs = [a for a in args.allocs.split(",") if a]
+    if args.alternate:  # one child a workload and round, switching xsalloc_off's and xsalloc_decay's settings
+        if args.workloads == ",".join(WORKLOADS):
+            workloads = list(ALTERNATE_BLOCK)
+        allocs = [AB_MODES[0]]
+        if any(w not in ALTERNATE_BLOCK for w in workloads):
+            sys.exit(f"walltime: --alternate runs {', '.join(ALTERNATE_BLOCK)} only")
+    if any(bool(r.get("alternate")) != bool(args.alternate) for r in load(args.results) if r.get("status") == "ok"):
+        sys.exit(f"walltime: {args.results} holds runs {'without' if args.alternate else 'with'} --alternate: "
+                 "they go in results files of their own")
     bad = [w for w in workloads if w not in WORKLOADS] + [a for a in allocs if a not in ALLOCS]
     if bad or not workloads or not allocs or args.gpus < 1:
         sys.exit(f"walltime: unknown or empty: {bad}; workloads {list(WORKLOADS)}, allocators {list(ALLOCS)}; "
@@ -281,7 +301,8 @@ def run(args):
     failures = 0
     while jobs or running:
         while jobs and free and time.monotonic() - start <= args.budget_s:
-            running.append(start_child(jobs.pop(0), free.pop(0), tmp_dir))
+            job = jobs.pop(0)
+            running.append(start_child(job, free.pop(0), tmp_dir, ALTERNATE_BLOCK[job[1]] if args.alternate else None))
         if time.monotonic() - start > args.budget_s and jobs:
             print(f"walltime: budget of {args.budget_s:g} s spent: {len(jobs)} runs not launched "
                   "(run again with the same --results to go on)")
@@ -303,9 +324,25 @@ def table(path):
     if not rows:
         print("walltime: no results")
     for device in sorted({r["device"] for r in rows}):  # one table a kind of card: timings never mix
-        device_table([r for r in rows if r["device"] == device], device)
+        mine = [r for r in rows if r["device"] == device]
+        if any(r.get("alternate") for r in mine):
+            alternate_table(mine, device)
+        else:
+            device_table(mine, device)
     if failed:
         print(f"\n{len(failed)} failed runs, e.g. {failed[-1]['workload']} {failed[-1]['alloc']}: {failed[-1].get('error')}")
+
+
+def alternate_table(rows, device):
+    """run --alternate's results: each workload's decay / off ratios inside a run."""
+    print(f"\nxsalloc_decay / xsalloc_off inside one process (child --alternate), median [min-max] (n runs); {device}")
+    for w in WORKLOADS:
+        runs = [r["alternate"] for r in rows if r["workload"] == w and r["alternate"].get("ratio")]
+        if runs:
+            v = [a["ratio"] for a in runs]
+            blocks = sorted({a["block"] for a in runs})
+            print(f"  {w:10s} {statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}] ({len(v)}), "
+                  f"blocks of {'/'.join(map(str, blocks))} steps")
 
 
 def paired_ratios(rows, workloads):
@@ -404,6 +441,8 @@ def main(argv):
     p.add_argument("--budget-s", type=float, default=540, help="no child is launched after this (540)")
     p.add_argument("--timeout", type=float, default=240, help="seconds a child may run (240)")
     p.add_argument("--gpus", type=int, default=1, help="children at once, one a GPU (1: one at a time)")
+    p.add_argument("--alternate", action="store_true",
+                   help="children that switch between xsalloc_off's and xsalloc_decay's settings (child --alternate)")
     run(p.parse_args(argv[1:] if argv and argv[0] == "run" else argv))
 
 

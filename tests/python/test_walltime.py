@@ -97,9 +97,13 @@ class ParentTest(unittest.TestCase):
         self.launched.append((w, a, env.get("CUDA_VISIBLE_DEVICES"), cmd))
         returncode = {"ok": 0, "fail": 1, "silent": 1, "hang": None, "noresult": 0}[outcome]
         if outcome == "ok":
+            res = {"workload": w, "alloc": a, "median_step_s": 0.01, "device": "FakeGPU",
+                   "peak_reserved": 3, "peak_allocated": 2}
+            if "--alternate" in cmd:  # the n-th launch's decay / off ratio: 1.00n
+                res["alternate"] = {"block": int(cmd[cmd.index("--alternate") + 1]),
+                                    "ratio": 1 + len(self.launched) / 1000}
             with open(out, "w") as f:
-                json.dump({"workload": w, "alloc": a, "median_step_s": 0.01, "device": "FakeGPU",
-                           "peak_reserved": 3, "peak_allocated": 2}, f)
+                json.dump(res, f)
         if outcome == "fail":
             stderr.write("loading the model\nRuntimeError: boom\n")
         self.procs.append(FakeProc(returncode))
@@ -195,6 +199,36 @@ class ParentTest(unittest.TestCase):
         with mock.patch.object(walltime, "gpus_here", lambda: ["NVIDIA H100 80GB HBM3"]):
             with self.assertRaises(SystemExit):
                 self.run_walltime("--rounds", "1", "--workloads", "resnet", "--allocs", "native,expandable")
+        self.assertEqual(self.launched, [])
+
+
+class AlternateRunTest(ParentTest):
+    def test_one_child_a_workload_switching_with_its_block(self):
+        printed, rows = self.run_walltime("--alternate", "--rounds", "2")
+        workloads = list(walltime.ALTERNATE_BLOCK)
+        self.assertEqual([(w, a) for w, a, _, _ in self.launched], [(w, "xsalloc_off") for w in workloads] * 2)
+        for w, _, _, cmd in self.launched:
+            self.assertEqual(cmd[-2:], ["--alternate", str(walltime.ALTERNATE_BLOCK[w])])
+        self.assertEqual([r["alternate"]["ratio"] for r in rows], [1 + (i + 1) / 1000 for i in range(10)])
+        self.assertIn("round 1 gpt2_200   xsalloc_off       10.00 ms a step, decay / off 1.001 inside the run",
+                      printed)
+        # Ratios 1.001 and 1.006 (gpt2_200), ..., 1.005 and 1.010 (moe): the medians of two (1.0035 is
+        # 1.00349... in binary, 1.0075 is 1.00749...).
+        self.assertIn("xsalloc_decay / xsalloc_off inside one process (child --alternate), median [min-max] "
+                      "(n runs); FakeGPU", printed)
+        self.assertIn("  gpt2_200   1.003 [1.001-1.006] (2), blocks of 10 steps", printed)
+        self.assertIn("  moe        1.007 [1.005-1.010] (2), blocks of 4 steps", printed)
+        self.assertNotIn("Median step time", printed, "no allocator table of these runs")
+
+    def test_runs_with_and_without_it_keep_files_of_their_own(self):
+        write_rows(self.results, [row(1, "resnet", "native", 10)])
+        with self.assertRaisesRegex(SystemExit, "holds runs without --alternate: they go in results files of"):
+            self.run_walltime("--alternate")
+        write_rows(self.results, [row(1, "resnet", "xsalloc_off", 10, alternate={"block": 4, "ratio": 1.0})])
+        with self.assertRaisesRegex(SystemExit, "holds runs with --alternate"):
+            self.run_walltime()
+        with self.assertRaisesRegex(SystemExit, "--alternate runs gpt2_200, resnet, loader_24, loader_200, moe only"):
+            self.run_walltime("--alternate", "--workloads", "llama_gen")
         self.assertEqual(self.launched, [])
 
 
