@@ -45,10 +45,10 @@ xsalloc_decay's settings at run time (xsalloc.set_allocator_settings),
 blocks in the order off, decay, decay, off, off, decay, ... (so that a
 drift over the run weighs on both alike), and reports each mode's median
 step time after warm-up, leaving out the first step of every block (the
-switch's own cost), and their ratio. `run --alternate` runs such children (xsalloc_off's
-settings first, ALTERNATE_BLOCK's N a workload) as rounds, in a results
-file of their own, and the table gives each workload's ratios, median
-[min-max] (n runs).
+switch's own cost), and their ratio. `run --alternate` runs such
+children (xsalloc_off's settings first, ALTERNATE_BLOCK's N a workload)
+as rounds, in a results file of their own, and the table gives each
+workload's ratios, median [min-max] (n runs).
 
 Allocators: native (no PYTORCH_CUDA_ALLOC_CONF), expandable
 (expandable_segments:True), xsalloc (xsalloc.torch.use(), its defaults),
@@ -91,11 +91,11 @@ ALLOCS = {
 }
 TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held against
 XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_off")
-# xsalloc's counters read before and after the steps: pages, and the calls that slept for the device's lock
 AB_MODES = ("xsalloc_off", "xsalloc_decay")  # child --alternate: the settings it switches between, ABBA
 # run --alternate: steps a block, a few of decay's 500 ms windows where steps are short (not llama_gen: its
 # requests differ too much for a block's median)
 ALTERNATE_BLOCK = {"gpt2_200": 10, "resnet": 4, "loader_24": 3, "loader_200": 10, "moe": 4}
+# xsalloc's counters read before and after the steps: pages, and the calls that slept for the device's lock
 XSALLOC_STEP_STATS = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled", "num_device_lock_waits",
                       "device_lock_wait_us")
 
