@@ -25,8 +25,9 @@
  * after each burst reserved memory took to come within 5% of the live
  * memory that followed (median and longest; "never" when it did not
  * before the next burst), and the H100 estimate of the driver calls on
- * the allocation path and on the helper's thread. The second table replays every bundled trace with decay
- * off and on: peak ratio, GB·s and the allocation path's estimate.
+ * the allocation path and on the helper's thread. The second table
+ * replays every bundled trace with decay off and on: peak ratio, GB·s and
+ * the allocation path's estimate.
  * Exit status 1 if any replay failed (violations included).
  */
 #include <inttypes.h>

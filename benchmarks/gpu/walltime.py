@@ -104,7 +104,7 @@ def child(args):
     """Runs one workload under one allocator; writes one JSON object."""
     t_start = time.perf_counter()
     torch_conf, xsa_conf, use_xsalloc = ALLOCS[args.alloc]
-    block = getattr(args, "alternate", None)
+    block = args.alternate
     if block is not None and (not use_xsalloc or block < 1):
         sys.exit(f"walltime.py child: --alternate {block} needs an xsalloc allocator and N >= 1")
     for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "XSALLOC_CONF", "XSALLOC_LAG_PROBE"):

@@ -483,6 +483,15 @@ class ChildTest(unittest.TestCase):
         self.xsalloc_did(calls=100)  # after the steps: not theirs
         return {**res, "impl": "stand-in"}
 
+    def stand_in_xsalloc(self, **more):
+        """xsalloc's driver calls and statistics from the stand-ins' counts (and `more` of its functions)."""
+        patchers = [mock.patch.object(xsalloc, "driver_calls", lambda: {k: list(v) for k, v in self.calls.items()}),
+                    mock.patch.object(xsalloc.torch, "memory_stats", lambda device=None: dict(self.pages))]
+        patchers += [mock.patch.object(xsalloc, name, fn) for name, fn in more.items()]
+        for patcher in patchers:
+            patcher.start()
+            self.addCleanup(patcher.stop)
+
     def run_child(self, alloc, workload="four", alternate=None):
         self.calls = {"init": [1, 0.0], "mem_map": [5, 12.5], "mem_create": [5, 40.0]}
         self.pages = {"num_pages_mapped": 5, "num_pages_unmapped": 0, "num_pages_recycled": 2,
@@ -513,11 +522,7 @@ class ChildTest(unittest.TestCase):
         self.assertNotIn("xsalloc_steps", res)
 
     def test_xsalloc_child_counts_what_xsalloc_did_during_the_steps(self):
-        stand_ins = (mock.patch.object(xsalloc, "driver_calls", lambda: {k: list(v) for k, v in self.calls.items()}),
-                     mock.patch.object(xsalloc.torch, "memory_stats", lambda device=None: dict(self.pages)))
-        for patcher in stand_ins:
-            patcher.start()
-            self.addCleanup(patcher.stop)
+        self.stand_in_xsalloc()
         self.step_extra = lambda i: self.xsalloc_did(calls=1, unmaps=1 if i == 2 else 0)
         res = self.run_child("xsalloc")
         self.assertEqual(self.used, [None])
@@ -539,12 +544,7 @@ class ChildTest(unittest.TestCase):
 
     def test_alternate_switches_settings_abba_and_compares_the_modes(self):
         settings = []
-        stand_ins = (mock.patch.object(xsalloc, "driver_calls", lambda: {k: list(v) for k, v in self.calls.items()}),
-                     mock.patch.object(xsalloc.torch, "memory_stats", lambda device=None: dict(self.pages)),
-                     mock.patch.object(xsalloc, "set_allocator_settings", settings.append))
-        for patcher in stand_ins:
-            patcher.start()
-            self.addCleanup(patcher.stop)
+        self.stand_in_xsalloc(set_allocator_settings=settings.append)
         res = self.run_child("xsalloc_off", "sixteen", alternate=2)
         off, decay = walltime.ALLOCS["xsalloc_off"][1], walltime.ALLOCS["xsalloc_decay"][1]
         self.assertEqual(settings, [off, decay, decay, off, off, decay, decay, off], "one switch a block, ABBA")
