@@ -26,8 +26,10 @@
  * its peak soon regrows what went, paying the driver for it, in a layout
  * of its own (in the bundled traces' replays, peak reserved / peak
  * allocated went 0.03-0.3% above decay off's in 5 of 24 without this
- * rule, 1 with 0.7, none with 0.6), while after a burst (GPT-2's
- * evaluation on an H100: steps at a third of the burst's peak) it goes.
+ * rule, 1 with 0.7 or 0.65, none with 0.6), while after a burst it
+ * goes (GPT-2's evaluation of twice the activations, recorded on an H100
+ * and an H200: steps at 0.56 of the burst's peak, close to the limit: a
+ * burst below 1/0.6 of the steps' need stays).
  * Oldest first: free blocks by the age of their youngest page in
  * the range, each from its high end, whole chunks only (the driver
  * releases whole handles).
