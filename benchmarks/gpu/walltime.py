@@ -1,9 +1,9 @@
 """Wall time of real workloads under PyTorch's allocators and xsalloc, interleaved, rounds spread over calls.
 
     walltime.py run [--rounds 8] [--results FILE] [--workloads W,...] [--allocs A,...] [--budget-s 540]
-                    [--timeout 240] [--gpus N] [--alternate]
+                    [--timeout 240] [--gpus N] [--alternate] [--pin]
     walltime.py table FILE
-    walltime.py child --workload W --alloc A --out FILE [--alternate N]
+    walltime.py child --workload W --alloc A --out FILE [--alternate N] [--cpus LIST]
 
 Design: each run is one child process (PyTorch reads its allocator
 configuration once per process) that builds its workload
@@ -36,7 +36,15 @@ runs' medians with their min and max and how many runs, and each
 allocator's median against the fastest of torch native and expandable
 and against xsalloc with decay and the helper off, and the same ratios
 taken round by round (a run against the runs of its own round) with
-their median, min and max.
+their median, min and max, and torch expandable against torch native
+round by round: the method's own spread, what a ratio must beat to mean
+anything.
+
+`run --pin` runs each child on the CPUs local to its GPU (the GPU's
+NUMA node, from nvidia-smi's PCI bus id and sysfs; `child --cpus LIST`
+sets the affinity before torch is imported), so that no run's launches
+cross to the other socket; each result names its CPUs, and pinned and
+unpinned runs go in results files of their own.
 
 `child --alternate N` (an xsalloc allocator) measures decay's cost inside
 one process, where runs of one allocator differ by up to 15% between
@@ -98,6 +106,7 @@ ALTERNATE_BLOCK = {"gpt2_200": 10, "resnet": 4, "loader_24": 3, "loader_200": 10
 # xsalloc's counters read before and after the steps: pages, and the calls that slept for the device's lock
 XSALLOC_STEP_STATS = ("num_pages_mapped", "num_pages_unmapped", "num_pages_recycled", "num_device_lock_waits",
                       "device_lock_wait_us")
+SYSFS_PCI = "/sys/bus/pci/devices"  # a PCI device's local_cpulist: the CPUs of its NUMA node
 
 
 def child(args):
@@ -107,6 +116,8 @@ def child(args):
     block = args.alternate
     if block is not None and (not use_xsalloc or block < 1):
         sys.exit(f"walltime.py child: --alternate {block} needs an xsalloc allocator and N >= 1")
+    if args.cpus:
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
     for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "XSALLOC_CONF", "XSALLOC_LAG_PROBE"):
         os.environ.pop(var, None)
     if torch_conf:
@@ -168,6 +179,8 @@ def child(args):
            **{k: round(v, 2) for k, v in setup.items()},
            # every step's GPU time and the CPU's time at each step's end, to see where a median moved
            "step_s": [round(t, 5) for t in times], "cpu_end_s": [round(t, 4) for t in cpu_ends]}
+    if args.cpus:
+        out["cpus"] = args.cpus
     if use_xsalloc:  # what xsalloc did during the steps: driver calls per entry point, pages, lock waits
         before, after = counts["before"], counts["after"]
         out["xsalloc_steps"] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
@@ -195,14 +208,41 @@ def load(path):
     return rows
 
 
-def start_child(job, gpu, tmp_dir, block=None):
+def parse_cpus(text):
+    """A CPU list as sysfs writes it ("0-15,32-47") as a set of CPU numbers."""
+    cpus = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def gpu_cpus(gpu):
+    """The CPU list local to `gpu` (an index as CUDA_VISIBLE_DEVICES of this process counts them): its PCI
+    device's local_cpulist in sysfs, found by nvidia-smi's bus id; None where either is missing."""
+    buses = smi_query("pci.bus_id")
+    if buses is None or gpu >= len(buses):
+        return None
+    # nvidia-smi writes the PCI domain with 8 digits (00000000:19:00.0), sysfs with 4, in lower case.
+    try:
+        with open(os.path.join(SYSFS_PCI, buses[gpu][-12:].lower(), "local_cpulist")) as f:
+            cpus = f.read().strip()
+        parse_cpus(cpus)
+    except (OSError, ValueError):
+        return None
+    return cpus
+
+
+def start_child(job, gpu, tmp_dir, block=None, cpus=None):
     """Launches run `job` (round, workload, allocator) on `gpu` (None: the default device), switching
-    settings every `block` steps if given (child --alternate)."""
+    settings every `block` steps if given (child --alternate), on the CPUs `cpus` if given (child --cpus)."""
     rnd, w, a = job
     out = os.path.join(tmp_dir, f".walltime-{os.getpid()}-{rnd}-{w}-{a}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "child", "--workload", w, "--alloc", a, "--out", out]
     if block:
         cmd += ["--alternate", str(block)]
+    if cpus:
+        cmd += ["--cpus", cpus]
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -243,18 +283,24 @@ def finish_child(c, results, start, timeout):
     return rec["status"] == "ok"
 
 
-def gpus_here():
-    """This machine's GPU names (nvidia-smi, CUDA_VISIBLE_DEVICES applied); None if nvidia-smi is missing."""
+def smi_query(field):
+    """nvidia-smi's `field` of each GPU this process sees (CUDA_VISIBLE_DEVICES applied); None if nvidia-smi is
+    missing."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    names = [n.strip() for n in out.splitlines() if n.strip()]
+    values = [v.strip() for v in out.splitlines() if v.strip()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        names = [names[int(i)] for i in visible.split(",") if i.strip().isdigit() and int(i) < len(names)]
-    return names
+        values = [values[int(i)] for i in visible.split(",") if i.strip().isdigit() and int(i) < len(values)]
+    return values
+
+
+def gpus_here():
+    """This machine's GPU names (nvidia-smi, CUDA_VISIBLE_DEVICES applied); None if nvidia-smi is missing."""
+    return smi_query("name")
 
 
 def check_machine(args):
@@ -281,9 +327,10 @@ def run(args):
         allocs = [AB_MODES[0]]
         if any(w not in ALTERNATE_BLOCK for w in workloads):
             sys.exit(f"walltime: --alternate runs {', '.join(ALTERNATE_BLOCK)} only")
-    if any(bool(r.get("alternate")) != bool(args.alternate) for r in load(args.results) if r.get("status") == "ok"):
-        sys.exit(f"walltime: {args.results} holds runs {'without' if args.alternate else 'with'} --alternate: "
-                 "they go in results files of their own")
+    for flag, key, wanted in (("--alternate", "alternate", args.alternate), ("--pin", "cpus", args.pin)):
+        if any(bool(r.get(key)) != bool(wanted) for r in load(args.results) if r.get("status") == "ok"):
+            sys.exit(f"walltime: {args.results} holds runs {'without' if wanted else 'with'} {flag}: "
+                     "they go in results files of their own")
     bad = [w for w in workloads if w not in WORKLOADS] + [a for a in allocs if a not in ALLOCS]
     if bad or not workloads or not allocs or args.gpus < 1:
         sys.exit(f"walltime: unknown or empty: {bad}; workloads {list(WORKLOADS)}, allocators {list(ALLOCS)}; "
@@ -298,11 +345,17 @@ def run(args):
     # With --gpus N, N children at once, one a GPU: the allocators of one
     # workload and round run side by side, on GPUs that change every round.
     start, running, free = time.monotonic(), [], list(range(args.gpus)) if args.gpus > 1 else [None]
+    cpus = {g: gpu_cpus(g or 0) for g in free} if args.pin else {}
+    if any(c is None for c in cpus.values()):
+        sys.exit(f"walltime: --pin: the CPUs local to GPU(s) {[g or 0 for g, c in cpus.items() if c is None]} "
+                 "are unknown (nvidia-smi's PCI bus id or its local_cpulist in sysfs is missing)")
     failures = 0
     while jobs or running:
         while jobs and free and time.monotonic() - start <= args.budget_s:
             job = jobs.pop(0)
-            running.append(start_child(job, free.pop(0), tmp_dir, ALTERNATE_BLOCK[job[1]] if args.alternate else None))
+            gpu = free.pop(0)
+            running.append(start_child(job, gpu, tmp_dir, ALTERNATE_BLOCK[job[1]] if args.alternate else None,
+                                       cpus.get(gpu)))
         if time.monotonic() - start > args.budget_s and jobs:
             print(f"walltime: budget of {args.budget_s:g} s spent: {len(jobs)} runs not launched "
                   "(run again with the same --results to go on)")
@@ -370,6 +423,15 @@ def paired_ratios(rows, workloads):
     if lines:
         print("\nThe same, round by round: the median of each round's ratio [min-max] (n rounds)")
         print("\n".join(lines))
+    spread = []
+    for w in workloads:  # two allocators xsalloc is not: what the method reads between runs of one kind
+        v = [by[rnd, w, "expandable"] / by[rnd, w, "native"] for rnd in sorted({k[0] for k in by})
+             if (rnd, w, "expandable") in by and (rnd, w, "native") in by]
+        if v:
+            spread.append(f"  {w:10s} {statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}] ({len(v)})")
+    if spread:
+        print("\nThe method's own spread: torch expandable / native, round by round, median [min-max] (n rounds)")
+        print("\n".join(spread))
 
 
 def device_table(rows, device):
@@ -428,6 +490,7 @@ def main(argv):
         p.add_argument("--out", required=True)
         p.add_argument("--alternate", type=int, metavar="N",
                        help="switch between xsalloc_off's and xsalloc_decay's settings every N steps")
+        p.add_argument("--cpus", metavar="LIST", help="run on these CPUs (a sysfs CPU list: 0-15,32-47)")
         child(p.parse_args(argv[1:]))
         return
     if argv and argv[0] == "table":
@@ -443,6 +506,7 @@ def main(argv):
     p.add_argument("--gpus", type=int, default=1, help="children at once, one a GPU (1: one at a time)")
     p.add_argument("--alternate", action="store_true",
                    help="children that switch between xsalloc_off's and xsalloc_decay's settings (child --alternate)")
+    p.add_argument("--pin", action="store_true", help="each child on the CPUs local to its GPU (child --cpus)")
     run(p.parse_args(argv[1:] if argv and argv[0] == "run" else argv))
 
 

@@ -71,7 +71,9 @@ class FakeProc:
         return self.returncode
 
 
-class ParentTest(unittest.TestCase):
+class RunFixture(unittest.TestCase):
+    """run() with stand-ins for the clock, the children and nvidia-smi (no tests of its own)."""
+
     def setUp(self):
         d = tempfile.TemporaryDirectory()
         self.addCleanup(d.cleanup)
@@ -99,6 +101,8 @@ class ParentTest(unittest.TestCase):
         if outcome == "ok":
             res = {"workload": w, "alloc": a, "median_step_s": 0.01, "device": "FakeGPU",
                    "peak_reserved": 3, "peak_allocated": 2}
+            if "--cpus" in cmd:  # the child names the CPUs it ran on
+                res["cpus"] = cmd[cmd.index("--cpus") + 1]
             if "--alternate" in cmd:  # the n-th launch's decay / off ratio: 1.00n
                 res["alternate"] = {"block": int(cmd[cmd.index("--alternate") + 1]),
                                     "ratio": 1 + len(self.launched) / 1000}
@@ -116,6 +120,8 @@ class ParentTest(unittest.TestCase):
             walltime.main(["run", "--results", self.results, *argv])
         return printed.getvalue(), walltime.load(self.results)
 
+
+class ParentTest(RunFixture):
     def test_plan_launches_the_missing_and_failed_runs_rotated(self):
         before = [row(1, "resnet", a, 10, device="FakeGPU") for a in ("native", "expandable", "xsalloc")] + [
             row(2, "gpt2_200", "expandable", 10, device="FakeGPU"),
@@ -202,7 +208,7 @@ class ParentTest(unittest.TestCase):
         self.assertEqual(self.launched, [])
 
 
-class AlternateRunTest(ParentTest):
+class AlternateRunTest(RunFixture):
     def test_one_child_a_workload_switching_with_its_block(self):
         printed, rows = self.run_walltime("--alternate", "--rounds", "2")
         workloads = list(walltime.ALTERNATE_BLOCK)
@@ -229,6 +235,38 @@ class AlternateRunTest(ParentTest):
             self.run_walltime()
         with self.assertRaisesRegex(SystemExit, "--alternate runs gpt2_200, resnet, loader_24, loader_200, moe only"):
             self.run_walltime("--alternate", "--workloads", "llama_gen")
+        self.assertEqual(self.launched, [])
+
+
+class PinTest(RunFixture):
+    def test_pinned_children_run_on_their_gpus_cpus(self):
+        local = {0: "0-15,32-47", 1: "16-31"}
+        with mock.patch.object(walltime, "gpu_cpus", local.get):
+            printed, rows = self.run_walltime("--pin", "--gpus", "2", "--rounds", "1", "--workloads", "resnet",
+                                              "--allocs", "native,xsalloc")
+        self.assertEqual([(a, gpu, cmd[cmd.index("--cpus") + 1]) for _, a, gpu, cmd in self.launched],
+                         [("xsalloc", "0", "0-15,32-47"), ("native", "1", "16-31")])
+        self.assertEqual({(r["gpu"], r["cpus"]) for r in rows}, {(0, "0-15,32-47"), (1, "16-31")})
+        # One GPU: the default device's CPUs.
+        os.remove(self.results)
+        with mock.patch.object(walltime, "gpu_cpus", local.get):
+            self.run_walltime("--pin", "--rounds", "1", "--workloads", "moe", "--allocs", "native")
+        self.assertEqual(self.launched[-1][3][-2:], ["--cpus", "0-15,32-47"])
+
+    def test_pinning_refused_where_a_gpus_cpus_are_unknown(self):
+        with mock.patch.object(walltime, "gpu_cpus", {0: "0-15"}.get):
+            with self.assertRaisesRegex(SystemExit, r"--pin: the CPUs local to GPU\(s\) \[1\] are unknown"):
+                self.run_walltime("--pin", "--gpus", "2")
+        self.assertEqual(self.launched, [])
+
+    def test_pinned_and_unpinned_runs_keep_files_of_their_own(self):
+        write_rows(self.results, [row(1, "resnet", "native", 10)])
+        with mock.patch.object(walltime, "gpu_cpus", lambda gpu: "0-7"):
+            with self.assertRaisesRegex(SystemExit, "holds runs without --pin: they go in results files of their own"):
+                self.run_walltime("--pin")
+            write_rows(self.results, [row(1, "resnet", "native", 10, cpus="0-7")])
+            with self.assertRaisesRegex(SystemExit, "holds runs with --pin"):
+                self.run_walltime()
         self.assertEqual(self.launched, [])
 
 
@@ -264,6 +302,23 @@ class CheckMachineTest(unittest.TestCase):
 
     def test_without_nvidia_smi_nothing_is_checked(self):
         self.assertIsNone(self.check(None, 8, [row(1, "resnet", "native", 10, device="NVIDIA H200")]))
+
+    def test_gpu_cpus_reads_the_gpus_numa_node_from_sysfs(self):
+        with tempfile.TemporaryDirectory() as sysfs:
+            for bus, cpus in (("0000:19:00.0", "0-15,32-47\n"), ("0000:9a:00.0", "16-31\n")):
+                os.makedirs(os.path.join(sysfs, bus))
+                with open(os.path.join(sysfs, bus, "local_cpulist"), "w") as f:
+                    f.write(cpus)
+            smi = types.SimpleNamespace(
+                run=lambda *a, **kw: types.SimpleNamespace(stdout="00000000:19:00.0\n00000000:9A:00.0\n00000000:AB:00.0\n"),
+                TimeoutExpired=subprocess.TimeoutExpired)
+            with mock.patch.object(walltime, "subprocess", smi), mock.patch.object(walltime, "SYSFS_PCI", sysfs):
+                with mock.patch.dict(os.environ):
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                    self.assertEqual([walltime.gpu_cpus(g) for g in range(4)], ["0-15,32-47", "16-31", None, None])
+                with mock.patch.dict(os.environ, CUDA_VISIBLE_DEVICES="1"):
+                    self.assertEqual(walltime.gpu_cpus(0), "16-31")
+        self.assertEqual(walltime.parse_cpus("0-2,5,8-9"), {0, 1, 2, 5, 8, 9})
 
     def test_gpus_here_applies_cuda_visible_devices(self):
         smi = types.SimpleNamespace(run=lambda *a, **kw: types.SimpleNamespace(stdout="A\nB\n\nC\n"),
@@ -346,6 +401,10 @@ class TableTest(unittest.TestCase):
             "xsalloc_helper 1.018x torch [0.917-1.200] (3), 1.067x off [1.000-1.080] (3); "
             "xsalloc_decay 0.950x torch [0.917-1.100] (3), 0.995x off [0.990-1.000] (3); "
             "xsalloc_off 0.955x torch [0.917-1.111] (3)"])
+        # expandable / native: gpt2_200 104/100; resnet 9/10, 14/12, 12/11.
+        self.assertEqual(blocks["The method's own spread: torch expandable / native, round by round, median [min-max] "
+                                "(n rounds)"], ["  gpt2_200   1.040 [1.040-1.040] (1)",
+                                                "  resnet     1.091 [0.900-1.167] (3)"])
         self.assertIn("Start-up, median seconds from a run's process start to its first step: gpt2_200 7.0, resnet 30.0",
                       blocks)
         self.assertEqual(blocks["Peak reserved / peak allocated, median of the runs [min-max]"], [
@@ -492,12 +551,12 @@ class ChildTest(unittest.TestCase):
             patcher.start()
             self.addCleanup(patcher.stop)
 
-    def run_child(self, alloc, workload="four", alternate=None):
+    def run_child(self, alloc, workload="four", alternate=None, cpus=None):
         self.calls = {"init": [1, 0.0], "mem_map": [5, 12.5], "mem_create": [5, 40.0]}
         self.pages = {"num_pages_mapped": 5, "num_pages_unmapped": 0, "num_pages_recycled": 2,
                       "num_device_lock_waits": 3, "device_lock_wait_us": 900, "allocated_bytes.all.current": 0}
         out = os.path.join(self.dir.name, "r.json")
-        walltime.child(types.SimpleNamespace(workload=workload, alloc=alloc, out=out, alternate=alternate))
+        walltime.child(types.SimpleNamespace(workload=workload, alloc=alloc, out=out, alternate=alternate, cpus=cpus))
         with open(out) as f:
             return json.load(f)
 
@@ -512,6 +571,15 @@ class ChildTest(unittest.TestCase):
                                "device": "FakeGPU", "peak_reserved": 300, "peak_allocated": 200,
                                "import_s": 2.0, "setup_s": 7.01,
                                "step_s": [0.1, 0.05, 0.01, 0.02], "cpu_end_s": [0.001, 0.003, 0.006, 0.01]})
+
+    def test_child_pins_itself_before_torch_is_imported(self):
+        pinned = []
+        with mock.patch.object(os, "sched_setaffinity", lambda pid, cpus: pinned.append((pid, cpus,
+                                                                                          self.env_at_import))):
+            res = self.run_child("native", cpus="0-2,8")
+        self.assertEqual(pinned, [(0, {0, 1, 2, 8}, None)])  # torch not yet imported
+        self.assertEqual(res["cpus"], "0-2,8")
+        self.assertNotIn("cpus", self.run_child("native"))
 
     def test_warm_up_is_a_quarter_of_the_steps(self):
         res = self.run_child("expandable", "twelve")
