@@ -28,8 +28,11 @@
  * allocated went 0.03-0.3% above decay off's in 5 of 24 without this
  * rule, 1 with 0.7 or 0.65, none with 0.6), while after a burst it
  * goes (GPT-2's evaluation of twice the activations, recorded on an H100
- * and an H200: steps at 0.56 of the burst's peak, close to the limit: a
- * burst below 1/0.6 of the steps' need stays).
+ * and an H200: steps at 0.56 of the burst's peak). A smaller burst (a
+ * checkpoint's copy, a long sequence) stays only while the program comes
+ * back to PEAK_BACK of its highest now and then: once no tick's peak has
+ * for NEAR_HIGH_HOLD windows, it goes too (the replays keep their peaks:
+ * only llm_decode's reserved GB·s changes, 99 -> 93).
  * Oldest first: free blocks by the age of their youngest page in
  * the range, each from its high end, whole chunks only (the driver
  * releases whole handles).
@@ -96,7 +99,9 @@
 #define REPACK_CALM 2           /* windows within it that end the backoff */
 #define REPACK_MAX_WAIT 64      /* windows: the longest wait between repacks */
 #define PACKING_TICKS 4         /* ticks after a repack that recycling follows the window's peak */
-#define NEAR_HIGH 0.6           /* nothing goes while the window needed above this x the highest allocated */
+#define NEAR_HIGH 0.6           /* nothing goes while the window needed above this x the highest allocated, */
+#define PEAK_BACK 0.9           /* and a tick's peak came back to this x it */
+#define NEAR_HIGH_HOLD 16       /* windows ago at most */
 
 typedef struct sample {
     uint64_t t;
@@ -117,6 +122,7 @@ typedef struct xsa_decay {
     size_t head, n;
     int64_t need;             /* the highest peak of the window at the last tick */
     int64_t low;              /* the lowest live memory its ticks saw, at the last tick */
+    uint64_t at_peak;         /* the last tick whose peak came back to PEAK_BACK x the highest allocated */
     uint64_t over_since;      /* the tick reserved memory went above the repack bound (0: within) */
     uint64_t within_since;    /* the tick it came within (0: above) */
     uint64_t repack_wait;     /* ns above the bound before the next repack */
@@ -417,7 +423,9 @@ static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp) {
     double bound = (1.0 + p->opt.page_recycling_headroom) * (double)d->need;
     uint64_t span = window_ns(p), before = stamp > span ? stamp - span : 0;
     if (repack_due(p, d, stamp)) before = stamp;
-    if ((double)d->need > NEAR_HIGH * (double)xsa_pool_allocated_high(p)) return;
+    if ((double)d->need > NEAR_HIGH * (double)xsa_pool_allocated_high(p) &&
+        d->last - d->at_peak < NEAR_HIGH_HOLD * span)
+        return;
     if ((double)p->reserved <= bound) return;
     size_t budget = (size_t)(((double)p->reserved - bound) / (double)p->page_size);
     take_runs(p, d, before, &budget);
@@ -436,7 +444,9 @@ int64_t xsa_decay_packing_high(const xsa_pool *p) {
 
 static void tick(xsa_pool *p, xsa_decay *d, uint64_t now) {
     uint64_t stamp = now + 1; /* 0 means "not free" */
-    push(d, (sample){now, xsa_pool_take_interval_peak(p), p->stats.allocated_bytes[XSA_STAT_ALL].current});
+    int64_t peak = xsa_pool_take_interval_peak(p);
+    if ((double)peak >= PEAK_BACK * (double)xsa_pool_allocated_high(p)) d->at_peak = now;
+    push(d, (sample){now, peak, p->stats.allocated_bytes[XSA_STAT_ALL].current});
     window(d, now, window_ns(p));
     age_pages(p, stamp);
     d->last = now;
@@ -531,6 +541,8 @@ int xsa_decay_check(const xsa_pool *p, size_t *ranges, char *err, size_t errlen)
         return xsa_check_fail(err, errlen, "decay: reserved memory both above and within the repack bound");
     if (d && d->repacked > d->last + 1)
         return xsa_check_fail(err, errlen, "decay: a repack after the last tick");
+    if (d && d->at_peak > d->last)
+        return xsa_check_fail(err, errlen, "decay: the highest came back after the last tick");
     for (size_t i = 0; d && i < d->n_ranges; i++) {
         const xsa_block *b = d->ranges[i].block;
         if (!b->held || !b->draining || !b->mapped || !decays(p, b->seg))

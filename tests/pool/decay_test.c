@@ -172,13 +172,13 @@ static void test_a_steps_blocks_freed_between_ticks_keep_only_the_pages_they_use
 }
 
 /* params 2 MiB on S0, `once` MiB on S1 used once, then 20 MiB steps on S0
- * for three windows, the helper's rounds at its ticks: reserved after. */
-static int64_t steps_after_a_side_burst(int64_t once) {
+ * for `windows` windows, the helper's rounds at its ticks: reserved after. */
+static int64_t steps_after_a_side_burst(int64_t once, uint64_t windows) {
     xsa_pool *p = make_pool(1 * GiB, true, decay_on);
     void *params = alloc(p, 2 * MiB, S0);
     release(p, alloc(p, (size_t)once * MiB, S1)); /* another stream's memory, never used again */
     uint64_t next_tick = 0;
-    for (uint64_t t = 0; t <= 3 * DECAY_MS * MS; t += 5 * MS) {
+    for (uint64_t t = 0; t <= windows * DECAY_MS * MS; t += 5 * MS) {
         release(p, alloc(p, 20 * MiB, S0)); /* a step of 20 MiB on S0 */
         round_if_due(p, t, &next_tick);
     }
@@ -192,16 +192,27 @@ static void test_what_the_window_needed_stays_whatever_the_ages(void **state) {
     (void)state;
     /* S1's 40 MiB pages are old, but the window needed 22 MiB at once:
      * reserved stays at 1.01 x that or more (19 of S1's 20 pages went). */
-    assert_int_equal(steps_after_a_side_burst(40), 24 * MiB);
+    assert_int_equal(steps_after_a_side_burst(40, 3), 24 * MiB);
 }
 
 static void test_nothing_goes_while_the_window_needs_near_the_highest(void **state) {
     (void)state;
     /* S1's 20 MiB were there with params only: the highest allocated is
      * 22 MiB, what every window needs. Old as S1's pages are, they stay. */
-    assert_int_equal(steps_after_a_side_burst(20), 42 * MiB);
+    assert_int_equal(steps_after_a_side_burst(20, 3), 42 * MiB);
     /* 24 MiB once: the steps need 22 of 26, near it too (above 0.6). */
-    assert_int_equal(steps_after_a_side_burst(24), 46 * MiB);
+    assert_int_equal(steps_after_a_side_burst(24, 3), 46 * MiB);
+    /* The steps reach the highest every tick: it stays however long. */
+    assert_int_equal(steps_after_a_side_burst(20, 20), 42 * MiB);
+}
+
+static void test_memory_near_the_highest_goes_once_the_peak_is_long_past(void **state) {
+    (void)state;
+    /* 22 MiB of 26 never came back to 0.9 of the highest (23.4 MiB) after
+     * the burst: for 16 windows S1's pages stay, then they go (to 1.01 x
+     * the 22 MiB the window needs, as without the rule). */
+    assert_int_equal(steps_after_a_side_burst(24, 15), 46 * MiB);
+    assert_int_equal(steps_after_a_side_burst(24, 18), 24 * MiB);
 }
 
 static void test_pages_every_step_uses_stay_though_the_window_needed_less(void **state) {
@@ -608,6 +619,7 @@ int main(void) {
         cmocka_unit_test(test_a_steps_blocks_freed_between_ticks_keep_only_the_pages_they_used),
         cmocka_unit_test(test_what_the_window_needed_stays_whatever_the_ages),
         cmocka_unit_test(test_nothing_goes_while_the_window_needs_near_the_highest),
+        cmocka_unit_test(test_memory_near_the_highest_goes_once_the_peak_is_long_past),
         cmocka_unit_test(test_pages_every_step_uses_stay_though_the_window_needed_less),
         cmocka_unit_test(test_a_step_spread_over_more_pages_than_it_needs_is_repacked),
         cmocka_unit_test(test_no_repack_where_no_step_cycle_shows),
