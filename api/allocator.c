@@ -40,8 +40,8 @@ static _Thread_local int current_device;
 
 xsa_status xsa_shutdown(void) {
     xsa_devices_phase phase = xsa_devices_hold_startup();
+    xsa_helper_stop(); /* it works on the pools; settings can wake it before they start */
     if (phase == XSA_DEVICES_STARTED) {
-        xsa_helper_stop(); /* it works on the pools */
         xsa_lag_probe_stop();
         xsa_ipc_close_all();
     }

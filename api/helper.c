@@ -222,9 +222,16 @@ static void sleep_until(uint64_t next) {
 
 static void *loop(void *arg) {
     (void)arg;
-    xsa_driver_relax_capture(xsa_devices.drv);
+    bool relaxed = false;
     while (!atomic_load(&h.stop)) {
-        uint64_t next = rounds(xsa_helper_now(), true);
+        /* Settings can wake it before the devices start: until they have
+         * a driver there is nothing to do but wait for a wake. */
+        bool ready = atomic_load_explicit(&xsa_devices.ready, memory_order_acquire);
+        if (ready && !relaxed) {
+            xsa_driver_relax_capture(xsa_devices.drv);
+            relaxed = true;
+        }
+        uint64_t next = ready ? rounds(xsa_helper_now(), true) : UINT64_MAX;
         sleep_until(next);
     }
     return NULL;

@@ -106,6 +106,23 @@ static void test_starts_lazily_once_and_only_when_on(void **state) {
     assert_false(xsa_helper_running());
 }
 
+static void test_settings_before_the_first_allocation_wait_for_the_devices(void **state) {
+    (void)state;
+    /* Settings that turn it on wake it before the devices have a driver
+     * (nothing allocated yet): it waits for them (it once made the
+     * driver's capture mode relaxed through no driver and crashed). */
+    OK(xsa_set_allocator_settings("helper_thread:True"));
+    nap_ms(20); /* the thread, if it started, has run by now */
+    void *params = params_and_burst();
+    OK(xsa_free(params));
+    OK(xsa_shutdown());
+    assert_false(xsa_helper_running()); /* stopped whatever the devices' phase */
+    OK(xsa_set_allocator_settings("helper_thread:True"));
+    nap_ms(20);
+    OK(xsa_shutdown()); /* never started the devices: the thread stops too */
+    assert_false(xsa_helper_running());
+}
+
 static void test_decay_on_the_thread_follows_live_memory_down(void **state) {
     (void)state;
     OK(xsa_init("helper_thread:True,page_decay_ms:20"));
@@ -389,6 +406,8 @@ static void test_a_wait_for_the_lock_shows_in_the_stats(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_starts_lazily_once_and_only_when_on, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_before_the_first_allocation_wait_for_the_devices, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_decay_on_the_thread_follows_live_memory_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_stops_it_mid_work_and_init_starts_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_stops_it_and_each_side_goes_on, setup, teardown),
