@@ -26,6 +26,8 @@ xsa_pool *make_pool(size_t capacity, bool expandable, void (*tweak)(xsa_pool_opt
     xsa_pool_options_default(&o);
     o.expandable_segments = expandable;
     o.page_recycling = false;
+    o.helper_thread = false; /* no helper runs here: a test that wants its rounds turns it on and polls */
+    o.page_decay_ms = 0;
     if (tweak) tweak(&o);
     xsa_pool *p = NULL;
     assert_int_equal(xsa_pool_create(&p, drv, 0, &o, NULL, err, sizeof err), XSA_POOL_OK);
