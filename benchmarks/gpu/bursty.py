@@ -27,7 +27,8 @@ driver (bazel run //benchmarks:replay -- --trace FILE, trace time on);
 --snapshot-steps N,... writes each mode's memory_snapshot() after those
 steps: where reserved memory sits before and after a burst.
 
-Modes: xsalloc_decay (helper_thread:True,page_decay_ms:500), xsalloc_off
+Modes: xsalloc (the library's defaults: decay is on by default),
+xsalloc_decay (helper_thread:True,page_decay_ms:500), xsalloc_off
 (helper_thread:False), native, native_ec, expandable, expandable_ec.
 Prints one line per mode (peak reserved, reserved GB·s, the settling time
 after each burst, the steps' median time) and writes bursty.svg (one panel
@@ -48,7 +49,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GB = 1e9
 
-MODES = {  # name: (PYTORCH_CUDA_ALLOC_CONF, XSALLOC_CONF or None, xsalloc?, empty_cache after a burst?)
+MODES = {  # name: (PYTORCH_CUDA_ALLOC_CONF, XSALLOC_CONF ("": the defaults) or None, xsalloc?,
+    #          empty_cache after a burst?)
+    "xsalloc": (None, "", True, False),
     "xsalloc_decay": (None, "helper_thread:True,page_decay_ms:{decay}", True, False),
     "xsalloc_off": (None, "helper_thread:False", True, False),
     "native": (None, None, False, False),
@@ -71,7 +74,7 @@ def child(args):
         sys.path.append(os.path.join(ROOT, "python"))
         import xsalloc.torch
 
-        xsalloc.torch.use(conf=xsa_conf.format(decay=args.decay_ms))
+        xsalloc.torch.use(conf=xsa_conf.format(decay=args.decay_ms) or None)
     sys.path.insert(0, HERE)
     import real_workloads
 

@@ -1,6 +1,6 @@
 """Two processes on one GPU: B asks for the memory A freed after its burst. Decay on: B gets it; off: B does not.
 
-    two_procs.py [--modes xsalloc_decay,xsalloc_off,native,native_ec] [--wait-s 1.5] [--timeout 150]
+    two_procs.py [--modes xsalloc,xsalloc_decay,xsalloc_off,native,native_ec] [--wait-s 1.5] [--timeout 150]
     two_procs.py trainer --mode M --dir D          (process A)
     two_procs.py asker --dir D                     (process B)
 
@@ -19,7 +19,7 @@ out of memory. Every number is printed: F, A's reserved memory at the
 burst's peak and when B asked (its allocator's statistics and the GPU's
 used memory from cuMemGetInfo), B's request, B's result and the GPU's free
 memory B saw. Exit 1 if a mode's outcome is not the expected one (decay
-on: granted; off, native: refused; native_ec: granted). About 40 s a mode
+on, as xsalloc's defaults have it: granted; off, native: refused; native_ec: granted). About 40 s a mode
 on an H100.
 """
 
@@ -35,7 +35,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GB = 1e9
 
-MODES = {  # name: (XSALLOC_CONF or None for torch's allocator, empty_cache after the burst, B should succeed)
+MODES = {  # name: (XSALLOC_CONF ("": the defaults) or None for torch's allocator, empty_cache after the burst,
+    #          B should succeed)
+    "xsalloc": ("", False, True),
     "xsalloc_decay": ("helper_thread:True,page_decay_ms:500", False, True),
     "xsalloc_off": ("helper_thread:False", False, False),
     "native": (None, False, False),
@@ -65,11 +67,11 @@ def trainer(args):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    if conf:
+    if conf is not None:
         sys.path.append(os.path.join(ROOT, "python"))
         import xsalloc.torch
 
-        xsalloc.torch.use(conf=conf)
+        xsalloc.torch.use(conf=conf or None)
     sys.path.insert(0, HERE)
     import real_workloads
 
