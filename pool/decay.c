@@ -33,6 +33,31 @@
  * back to PEAK_BACK of its highest now and then: once no tick's peak has
  * for NEAR_HIGH_HOLD windows, it goes too (the replays keep their peaks:
  * only llm_decode's reserved GB·s changes, 99 -> 93).
+ * Regret. Where steps differ in size (random batches and lengths), the
+ * window's need swings from step to step: the bound cuts to a small
+ * window's need and the next large step creates it all again, on the
+ * allocation path (GPT-2 training with batch 4-16 x length 64-1024 on an
+ * H200: 130-170 thousand pages released and created again over 200
+ * steps, 0.25-0.42 s of lock waits). So the need the bound follows is the
+ * highest of the last `horizon` windows, one at first. A cut is judged
+ * where the need it follows fell within the window before the horizon by
+ * REGRET_MIN or more (pages that age out later, a burst's taken a window
+ * after the burst's own cut, are no guess about the need), and where it
+ * took REGRET_MIN of the need or more; a repack's regrowth is meant (its
+ * backoff is its own). When reserved memory grows back, from tick to
+ * tick, by REGRET_SHARE of what the cut took (with what the next ticks
+ * of that time took) within `horizon` windows of it (as long as the
+ * horizon had kept the need), the cut was a regret. The horizon doubles
+ * at a regret (up to HORIZON_MAX windows), the first time only at a
+ * second regret within HORIZON_CALM x its windows: one can be a
+ * program's start (GPT-2's first step on an H200 takes 0.6 s, more than
+ * a window, and the next creates what went); HORIZON_CALM x horizon
+ * windows without one halve it. Memory that comes back later than that
+ * (the bursty workload's bursts, every 1.2-2 s) keeps a horizon of one
+ * window and goes as fast as before. (Replaying gpt2_varlen and
+ * resnet_varbatch six times over, 100 us an event: the allocation path's
+ * simulated driver time 341 and 210 ms against decay off's 247 and 100,
+ * where a horizon of one window cost 721 and 378.)
  * Oldest first: free blocks by the age of their youngest page in
  * the range, each from its high end, whole chunks only (the driver
  * releases whole handles).
@@ -89,7 +114,8 @@
 #include "pool/sweep.h"
 #include "pool/trace.h"
 
-#define SAMPLES 64            /* ticks kept: a window is 8 ticks, more if the clock jumps */
+#define HORIZON_MAX 16        /* windows: the longest horizon of the bound's need */
+#define SAMPLES (8 * (HORIZON_MAX + REGRET_WINDOWS) + 8) /* ticks kept: a window is 8 ticks */
 #define MIN_TICK_NS 1000000ull
 #define FENCE_POLL_NS 2000000ull /* a waiting fence is looked at again after this */
 #define REPACK_EXCESS 0.03      /* the excess over the window's peak a repack is for, */
@@ -102,6 +128,12 @@
 #define NEAR_HIGH 0.6           /* nothing goes while the window needed above this x the highest allocated, */
 #define PEAK_BACK 0.9           /* and a tick's peak came back to this x it */
 #define NEAR_HIGH_HOLD 16       /* windows ago at most */
+#define REGRET_WINDOWS 1        /* a cut is judged where the need fell this many windows before the horizon, */
+#define REGRET_MIN 0.2          /* by this x the need or more, and it took as much; */
+#define REGRET_SHARE 0.25       /* reserved memory regrown by this share of it within the horizon: a regret */
+#define HORIZON_GROWTH 4        /* a regret makes the horizon this x longer, */
+#define HORIZON_CALM 16         /* (the first time, a second within this x horizon windows) */
+                                /* as many windows without one halve it */
 
 typedef struct sample {
     uint64_t t;
@@ -121,6 +153,16 @@ typedef struct xsa_decay {
     sample s[SAMPLES];        /* the window's ticks, oldest at head */
     size_t head, n;
     int64_t need;             /* the highest peak of the window at the last tick */
+    int64_t held_need;        /* the highest peak of the last `horizon` windows: the bound's */
+    int64_t recent_need;      /* the same over REGRET_WINDOWS more */
+    uint64_t horizon;         /* windows (1 to HORIZON_MAX, a power of two; 0 before the first tick) */
+    uint64_t calm_since;      /* the horizon's last change, or its last regret */
+    uint64_t regret_at;       /* a regret no second one followed yet (0: none) */
+    bool cut;                 /* a cut under judgement (`horizon` windows): */
+    uint64_t cut_at;          /* its first tick, */
+    int64_t cut_bytes;        /* the bytes its ticks took, */
+    int64_t regrown;          /* the growth of reserved memory between ticks since, */
+    size_t reserved_after;    /* and reserved memory after the last tick's cut */
     int64_t low;              /* the lowest live memory its ticks saw, at the last tick */
     uint64_t at_peak;         /* the last tick whose peak came back to PEAK_BACK x the highest allocated */
     uint64_t over_since;      /* the tick reserved memory went above the repack bound (0: within) */
@@ -168,20 +210,51 @@ static void push(xsa_decay *d, sample s) {
     d->s[(d->head + d->n++) % SAMPLES] = s;
 }
 
-/* Drops the samples older than the window (the newest always stays);
- * d->need and d->low from those left. */
+/* Drops the samples older than HORIZON_MAX + REGRET_WINDOWS windows (the
+ * newest always stays); d->need and d->low from those of the window,
+ * d->held_need from those of the horizon, d->recent_need from those of
+ * REGRET_WINDOWS more. */
 static void window(xsa_decay *d, uint64_t now, uint64_t span) {
-    while (d->n > 1 && d->s[d->head].t + span < now) {
+    while (d->n > 1 && d->s[d->head].t + (HORIZON_MAX + REGRET_WINDOWS) * span < now) {
         d->head = (d->head + 1) % SAMPLES;
         d->n--;
     }
-    d->need = 0;
+    d->need = d->held_need = d->recent_need = 0;
     d->low = INT64_MAX;
     for (size_t i = 0; i < d->n; i++) {
         const sample *s = &d->s[(d->head + i) % SAMPLES];
+        if (s->t + (d->horizon + REGRET_WINDOWS) * span >= now && s->peak > d->recent_need) d->recent_need = s->peak;
+        if (s->t + d->horizon * span >= now && s->peak > d->held_need) d->held_need = s->peak;
+        if (s->t + span < now && i + 1 < d->n) continue;
         if (s->peak > d->need) d->need = s->peak;
         if (s->live < d->low) d->low = s->live;
     }
+}
+
+/* The horizon at the tick at `now`: twice as long after a regret (the
+ * first time, after a second within HORIZON_CALM x its windows of the
+ * first), half as long after as many windows without one. A cut is
+ * judged for `horizon` windows, by the growth of reserved memory from one
+ * tick to the next. */
+static void regret(const xsa_pool *p, xsa_decay *d, uint64_t now, uint64_t span) {
+    if (!d->horizon) d->horizon = 1, d->calm_since = now;
+    uint64_t calm = HORIZON_CALM * d->horizon * span;
+    if (d->cut && p->reserved > d->reserved_after) d->regrown += (int64_t)(p->reserved - d->reserved_after);
+    if (d->cut && (double)d->cut_bytes >= REGRET_MIN * (double)d->held_need &&
+        (double)d->regrown >= REGRET_SHARE * (double)d->cut_bytes) {
+        d->cut = false;
+        d->calm_since = now;
+        if (d->horizon > 1 || (d->regret_at && now - d->regret_at < calm)) {
+            d->horizon = d->horizon * HORIZON_GROWTH < HORIZON_MAX ? d->horizon * HORIZON_GROWTH : HORIZON_MAX;
+            d->regret_at = 0;
+        } else {
+            d->regret_at = now;
+        }
+    } else if (d->horizon > 1 && now - d->calm_since >= calm) {
+        d->horizon /= 2;
+        d->calm_since = now;
+    }
+    if (d->cut && now - d->cut_at >= d->horizon * span) d->cut = false;
 }
 
 /* ---- ages ---- */
@@ -420,15 +493,26 @@ static bool repack_due(const xsa_pool *p, xsa_decay *d, uint64_t stamp) {
  * repacks), oldest first, from their high end, while reserved stays above
  * the bound. */
 static void choose(xsa_pool *p, xsa_decay *d, uint64_t stamp) {
-    double bound = (1.0 + p->opt.page_recycling_headroom) * (double)d->need;
+    double bound = (1.0 + p->opt.page_recycling_headroom) * (double)d->held_need;
     uint64_t span = window_ns(p), before = stamp > span ? stamp - span : 0;
     if (repack_due(p, d, stamp)) before = stamp;
     if ((double)d->need > NEAR_HIGH * (double)xsa_pool_allocated_high(p) &&
         d->last - d->at_peak < NEAR_HIGH_HOLD * span)
         return;
     if ((double)p->reserved <= bound) return;
-    size_t budget = (size_t)(((double)p->reserved - bound) / (double)p->page_size);
+    size_t budget = (size_t)(((double)p->reserved - bound) / (double)p->page_size), asked = budget;
     take_runs(p, d, before, &budget);
+    if (budget == asked || before == stamp) return; /* a repack's regrowth is meant */
+    if (!d->cut) {
+        /* Judged only where the need it follows fell within REGRET_WINDOWS:
+         * pages that aged out later (a burst's, taken a window after the
+         * burst's own cut) are no guess about the need. */
+        if ((double)d->recent_need < (1.0 + REGRET_MIN) * (double)d->held_need) return;
+        d->cut = true;
+        d->cut_at = d->last;
+        d->cut_bytes = d->regrown = 0;
+    }
+    d->cut_bytes += (int64_t)((asked - budget) * p->page_size);
 }
 
 int64_t xsa_decay_packing_high(const xsa_pool *p) {
@@ -447,11 +531,13 @@ static void tick(xsa_pool *p, xsa_decay *d, uint64_t now) {
     int64_t peak = xsa_pool_take_interval_peak(p);
     if ((double)peak >= PEAK_BACK * (double)xsa_pool_allocated_high(p)) d->at_peak = now;
     push(d, (sample){now, peak, p->stats.allocated_bytes[XSA_STAT_ALL].current});
+    regret(p, d, now, window_ns(p));
     window(d, now, window_ns(p));
     age_pages(p, stamp);
     d->last = now;
     d->ticks++;
     if (!p->capturing) choose(p, d, stamp);
+    d->reserved_after = p->reserved;
 }
 
 size_t xsa_decay_round(xsa_pool *p, uint64_t now, xsa_block **out, size_t max, xsa_cu_result *failure) {
@@ -495,6 +581,7 @@ static void end_range(xsa_pool *p, xsa_block *b, bool was_unmapped) {
         return;
     }
     xsa_pages_account(p, s, pages, 0, +1);
+    if (p->decay) p->decay->reserved_after += pages * p->page_size; /* back, not regrown: no regret */
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);
     xsa_pages_return_free(p, b);
 }
@@ -543,6 +630,10 @@ int xsa_decay_check(const xsa_pool *p, size_t *ranges, char *err, size_t errlen)
         return xsa_check_fail(err, errlen, "decay: a repack after the last tick");
     if (d && d->at_peak > d->last)
         return xsa_check_fail(err, errlen, "decay: the highest came back after the last tick");
+    if (d && d->ticks && (!d->horizon || d->horizon > HORIZON_MAX || (d->horizon & (d->horizon - 1))))
+        return xsa_check_fail(err, errlen, "decay: a horizon of %llu windows", (unsigned long long)d->horizon);
+    if (d && (d->cut_at > d->last || d->calm_since > d->last || d->regret_at > d->last))
+        return xsa_check_fail(err, errlen, "decay: a cut or a horizon change after the last tick");
     for (size_t i = 0; d && i < d->n_ranges; i++) {
         const xsa_block *b = d->ranges[i].block;
         if (!b->held || !b->draining || !b->mapped || !decays(p, b->seg))

@@ -4,11 +4,13 @@
  * deterministic: decay purging (pages unused for page_decay_ms go, not
  * before, oldest first, never pages a request uses, never below what the
  * window needed; a step spread over more pages than it needs is repacked,
- * ever more seldom if that does not last), its fence against work in
- * flight (no unmap under a kernel, none during a capture), readying pages
- * where a growth ended,
- * unmapping recycling's old addresses off the allocation path, and each
- * job's driver failure, which leaves the pages as they were and reaches
+ * ever more seldom if that does not last; steps that swing in size keep
+ * their memory once cuts were regretted twice, a single regret or pages
+ * that age out later change nothing, a calm horizon halves), its fence
+ * against work in flight (no unmap under a kernel, none during a
+ * capture), readying pages where a growth ended, unmapping recycling's
+ * old addresses off the allocation path, and each job's driver failure,
+ * which leaves the pages as they were and reaches
  * the next malloc. Both invariant checkers run after every step.
  */
 #include <setjmp.h>
@@ -336,6 +338,131 @@ static void test_repacks_that_do_not_last_come_ever_more_seldom(void **state) {
     teardown(p);
 }
 
+/* Steps of `mib` MiB on S0 every 5 ms for `ms` from *t, with the
+ * helper's rounds at its ticks. */
+static void steps_of(xsa_pool *p, size_t mib, uint64_t ms, uint64_t *t, uint64_t *next_tick) {
+    for (uint64_t end = *t + ms * MS; *t < end; *t += 5 * MS) {
+        release(p, alloc(p, mib * MiB, S0));
+        round_if_due(p, *t, next_tick);
+    }
+}
+
+/* Steps of 40 MiB for half a window, then of 10 MiB for 1.75 windows:
+ * the need falls for longer than one window and comes back within the
+ * next, `cycles` times; the cuts' mem_create calls, cycle by cycle. */
+static void swinging_steps(xsa_pool *p, int cycles, uint64_t *t, uint64_t *next_tick, uint64_t *creates) {
+    for (int c = 0; c < cycles; c++) {
+        uint64_t before = driver_calls(XSA_DRV_mem_create);
+        steps_of(p, 40, DECAY_MS / 2, t, next_tick);
+        if (creates) creates[c] = driver_calls(XSA_DRV_mem_create) - before;
+        steps_of(p, 10, DECAY_MS * 7 / 4, t, next_tick);
+    }
+}
+
+/* A burst of 40 MiB, then steps of 10 MiB for `windows` windows: how long
+ * after the burst reserved memory came within the steps' need (1.01 x
+ * 12 MiB, whole pages), in ms; -1 if it never did. */
+static int64_t burst_settles(xsa_pool *p, uint64_t windows, uint64_t *t, uint64_t *next_tick) {
+    uint64_t burst = *t, settled = 0;
+    release(p, alloc(p, 40 * MiB, S0));
+    for (uint64_t end = *t + windows * DECAY_MS * MS; *t < end; *t += 5 * MS) {
+        release(p, alloc(p, 10 * MiB, S0));
+        round_if_due(p, *t, next_tick);
+        if (!settled && reserved(p) <= (int64_t)(14 * MiB)) settled = *t;
+    }
+    return settled ? (int64_t)((settled - burst) / MS) : -1;
+}
+
+static void test_steps_that_swing_in_size_keep_their_memory_after_two_regrets(void **state) {
+    (void)state;
+    /* Each fall of the need is cut a window later (30 MiB) and created
+     * again by the next large step: a regret. At the second the horizon
+     * grows to four windows, longer than the small steps last: from then
+     * on nothing goes and nothing is created again. */
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = alloc(p, 2 * MiB, S0);
+    uint64_t t = 0, next_tick = 0, creates[10];
+    swinging_steps(p, 10, &t, &next_tick, creates);
+    print_message("mem_create by cycle: %llu %llu %llu %llu ... %llu\n", (unsigned long long)creates[0],
+                  (unsigned long long)creates[1], (unsigned long long)creates[2], (unsigned long long)creates[3],
+                  (unsigned long long)creates[9]);
+    assert_true(creates[1] > 0 && creates[2] > 0); /* the two regrets */
+    for (int c = 3; c < 10; c++) assert_int_equal(creates[c], 0);
+    assert_true(reserved(p) >= (int64_t)(42 * MiB));
+    release(p, params);
+    teardown(p);
+}
+
+static void test_one_regret_leaves_the_burst_going_within_a_window(void **state) {
+    (void)state;
+    /* One regret (as a program's first step, slower than a window, makes
+     * one), then bursts three windows apart, later than the horizon: each
+     * burst's memory goes within page_decay_ms and four ticks, every
+     * time (with a longer horizon it would take longer). */
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = alloc(p, 2 * MiB, S0);
+    uint64_t t = 0, next_tick = 0, creates[2];
+    swinging_steps(p, 2, &t, &next_tick, creates);
+    assert_true(creates[1] > 0); /* the regret */
+    steps_of(p, 10, 2 * DECAY_MS, &t, &next_tick);
+    for (int burst = 0; burst < 6; burst++) {
+        int64_t settled = burst_settles(p, 3, &t, &next_tick);
+        print_message("burst %d: within the steps' need after %lld ms\n", burst, (long long)settled);
+        assert_true(settled >= 0 && settled <= (int64_t)(DECAY_MS + 4 * TICK / MS));
+    }
+    release(p, params);
+    teardown(p);
+}
+
+static void test_a_horizon_without_regrets_halves(void **state) {
+    (void)state;
+    /* Four windows after the swinging steps: a burst ten windows later
+     * goes only after them; after 64 windows without a regret the horizon
+     * is two windows, after 32 more one, and a burst's memory goes within
+     * it. */
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = alloc(p, 2 * MiB, S0);
+    uint64_t t = 0, next_tick = 0;
+    int64_t settled[11], window = DECAY_MS, ticks = 4 * TICK / MS;
+    swinging_steps(p, 4, &t, &next_tick, NULL);
+    for (int burst = 0; burst < 11; burst++) settled[burst] = burst_settles(p, 10, &t, &next_tick);
+    print_message("bursts ten windows apart settle after %lld, %lld, ... %lld, %lld ms\n", (long long)settled[0],
+                  (long long)settled[1], (long long)settled[9], (long long)settled[10]);
+    assert_true(settled[0] > 3 * window && settled[0] <= 4 * window + ticks);
+    for (int burst = 1; burst < 11; burst++) assert_true(settled[burst] >= 0 && settled[burst] <= settled[burst - 1]);
+    assert_true(settled[10] <= window + ticks);
+    release(p, params);
+    teardown(p);
+}
+
+static void test_pages_that_age_out_later_are_no_regret(void **state) {
+    (void)state;
+    /* After each burst, steps of 10 MiB on S0 with 8 MiB on S1 between
+     * them for 2.5 windows (a side stream that stops; the need stays 12
+     * MiB): S1's pages go a window after it stopped, half a window before
+     * the next burst. That cut follows no fall of the need: the burst's
+     * regrowth is no regret, and every burst goes as fast. */
+    xsa_pool *p = make_pool(1 * GiB, true, decay_on);
+    void *params = alloc(p, 2 * MiB, S0);
+    uint64_t t = 0, next_tick = 0;
+    for (int burst = 0; burst < 6; burst++) {
+        uint64_t at = t, settled = 0;
+        release(p, alloc(p, 40 * MiB, S0));
+        for (uint64_t end = t + 4 * DECAY_MS * MS; t < end; t += 5 * MS) {
+            if (t - at < 5 * DECAY_MS * MS / 2) release(p, alloc(p, 8 * MiB, S1));
+            release(p, alloc(p, 10 * MiB, S0));
+            round_if_due(p, t, &next_tick);
+            if (!settled && reserved(p) <= (int64_t)(22 * MiB)) settled = t;
+        }
+        print_message("burst %d: within the steps' need after %lld ms\n", burst,
+                      settled ? (long long)((settled - at) / MS) : -1ll);
+        assert_true(settled && settled - at <= (DECAY_MS + 4 * TICK / MS) * MS);
+        assert_true(reserved(p) <= (int64_t)(14 * MiB)); /* S1's pages went too (but one) */
+    }
+    release(p, params);
+    teardown(p);
+}
+
 /* A kernel on [ptr, ptr+size) on stream s, queued now. */
 static void kernel(void *s, void *ptr, size_t size) {
     assert_int_equal(xsa_sim_launch(s, (xsa_devptr)(uintptr_t)ptr, size), XSA_CU_SUCCESS);
@@ -624,6 +751,10 @@ int main(void) {
         cmocka_unit_test(test_a_step_spread_over_more_pages_than_it_needs_is_repacked),
         cmocka_unit_test(test_no_repack_where_no_step_cycle_shows),
         cmocka_unit_test(test_repacks_that_do_not_last_come_ever_more_seldom),
+        cmocka_unit_test(test_steps_that_swing_in_size_keep_their_memory_after_two_regrets),
+        cmocka_unit_test(test_one_regret_leaves_the_burst_going_within_a_window),
+        cmocka_unit_test(test_a_horizon_without_regrets_halves),
+        cmocka_unit_test(test_pages_that_age_out_later_are_no_regret),
         cmocka_unit_test(test_no_unmap_under_work_in_flight),
         cmocka_unit_test(test_nothing_goes_during_a_capture),
         cmocka_unit_test(test_empty_cache_releases_what_waits_for_its_fence),
