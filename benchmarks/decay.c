@@ -5,6 +5,7 @@
  *   bazel run //benchmarks:decay -- [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR]
  *                                   [--no-traces] [--steps N] [--burst-every N] [--sync-ms N]
  *                                   [--trace FILE --burst-above GB] [--series FILE] [--commit-lag N]
+ *                                   [--repeat N]
  *
  * Design: every replay is trace/replay's with trace time (event i at i x
  * event_us) and the helper, when on, in manual mode on that clock, so the
@@ -27,7 +28,9 @@
  * before the next burst), and the H100 estimate of the driver calls on
  * the allocation path and on the helper's thread. The second table
  * replays every bundled trace with decay off and on: peak ratio, GB·s and
- * the allocation path's estimate.
+ * the allocation path's estimate (--repeat N: each trace played N times
+ * over, its weights kept, as a longer run of the same steps: what decay's
+ * choices cost once they have settled, xsa_trace_repeat).
  * Exit status 1 if any replay failed (violations included).
  */
 #include <inttypes.h>
@@ -54,8 +57,9 @@ typedef struct options {
     uint64_t above;           /* with trace: bursts are live memory above this */
     int64_t lags[MAX_LAGS];
     int n_lags;
-    const char *commit_lag_arg;
-    unsigned commit_lag;      /* --commit-lag: the helper's jobs commit this many events late */
+    const char *commit_lag_arg, *repeat_arg;
+    unsigned commit_lag;
+    unsigned repeat;          /* --repeat: each bundled trace this many times over */      /* --commit-lag: the helper's jobs commit this many events late */
     bool no_traces;
 } options;
 
@@ -192,8 +196,8 @@ static int traces_table(const options *o, const char *argv0) {
         fprintf(stderr, "decay: no bundled traces found (use --traces DIR)\n");
         return -1;
     }
-    printf("\nThe bundled traces, today's default against the helper with decay (page_decay_ms %u, %.0f us an event)\n\n",
-           o->decay, o->event_ns / 1e3);
+    printf("\nThe bundled traces%s, today's default against the helper with decay (page_decay_ms %u, %.0f us an event)\n\n",
+           o->repeat > 1 ? ", each played --repeat times over" : "", o->decay, o->event_ns / 1e3);
     printf(ROW2, "trace", "lag", "ratio", "decay", "GB·s", "decay", "path ms", "decay");
     printf("|------------------------|-------|----------|----------|-----------|-----------|-----------|-----------|\n");
     int failed = 0;
@@ -206,6 +210,20 @@ static int traces_table(const options *o, const char *argv0) {
         if (xsa_cli_load_trace("decay", path, &t)) {
             failed = 1;
             continue;
+        }
+        if (o->repeat > 1) {
+            xsa_trace longer;
+            char err[256];
+            int bad = xsa_trace_repeat(&t, o->repeat, &longer, err, sizeof err);
+            xsa_trace_free(&t);
+            if (bad) {
+                fprintf(stderr, "decay: %s: %s\n", name, err);
+                failed = 1;
+                continue;
+            }
+            t = longer;
+            size_t len = strlen(name);
+            snprintf(name + len, sizeof name - len, " x%u", o->repeat);
         }
         for (int l = 0; l < o->n_lags; l++) {
             xsa_replay_result off, on;
@@ -232,7 +250,7 @@ static int traces_table(const options *o, const char *argv0) {
 static int usage(void) {
     fprintf(stderr, "usage: decay [--event-us N] [--decay-ms N] [--lags 0,500,2000] [--traces DIR] [--no-traces]\n"
                     "             [--steps N] [--burst-every N] [--sync-ms N] [--trace FILE --burst-above GB]\n"
-                    "             [--series FILE] [--commit-lag N]\n");
+                    "             [--series FILE] [--commit-lag N] [--repeat N]\n");
     return 2;
 }
 
@@ -268,13 +286,17 @@ int main(int argc, char **argv) {
         {"--event-us", &o.event_us}, {"--decay-ms", &o.decay_ms}, {"--lags", &o.lags_arg}, {"--traces", &o.traces},
         {"--sync-ms", &o.sync_ms},   {"--steps", &o.steps},       {"--burst-every", &o.burst_every},
         {"--trace", &o.trace},       {"--burst-above", &o.burst_above}, {"--series", &o.series},
-        {"--commit-lag", &o.commit_lag_arg},
+        {"--commit-lag", &o.commit_lag_arg}, {"--repeat", &o.repeat_arg},
     };
     if (xsa_cli_parse(n, args, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0, NULL) != XSA_CLI_OK) return usage();
     long long v;
     if (o.commit_lag_arg) {
         if (!xsa_cli_count(o.commit_lag_arg, 0, 1000000, &v)) return usage();
         o.commit_lag = (unsigned)v;
+    }
+    if (o.repeat_arg) {
+        if (!xsa_cli_count(o.repeat_arg, 1, 100, &v)) return usage();
+        o.repeat = (unsigned)v;
     }
     if (!o.trace != !o.burst_above) return usage();
     if (o.burst_above) {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -252,6 +253,45 @@ void xsa_trace_free(xsa_trace *t) {
     free(t->events);
     free(t->wait_ns);
     memset(t, 0, sizeof *t);
+}
+
+int xsa_trace_repeat(const xsa_trace *in, unsigned times, xsa_trace *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!times || (uint64_t)in->n_ids * times > XSA_TRACE_MAX_ID) {
+        snprintf(err, errlen, "repeating a trace of %u ids %u times: %s", in->n_ids, times,
+                 times ? "too many ids" : "no copy");
+        return -1;
+    }
+    bool *kept = calloc(in->n_ids ? in->n_ids : 1, sizeof *kept); /* live at the end */
+    out->events = malloc((in->n_events ? in->n_events : 1) * times * sizeof *out->events);
+    out->wait_ns = in->wait_ns ? malloc(in->n_events * times * sizeof *out->wait_ns) : NULL;
+    if (!kept || !out->events || (in->wait_ns && !out->wait_ns)) {
+        free(kept);
+        xsa_trace_free(out);
+        snprintf(err, errlen, "repeating a trace: out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < in->n_events; i++) {
+        const xsa_trace_event *e = &in->events[i];
+        if (e->kind == XSA_TRACE_ALLOC) kept[e->id] = true;
+        if (e->kind == XSA_TRACE_FREE) kept[e->id] = false;
+    }
+    for (unsigned k = 0; k < times; k++) {
+        for (size_t i = 0; i < in->n_events; i++) {
+            xsa_trace_event e = in->events[i];
+            if (k && kept[e.id]) continue;
+            if (!kept[e.id]) e.id += k * in->n_ids;
+            if (out->wait_ns) out->wait_ns[out->n_events] = in->wait_ns[i];
+            out->events[out->n_events++] = e;
+            out->n_allocs += e.kind == XSA_TRACE_ALLOC;
+            out->n_frees += e.kind == XSA_TRACE_FREE;
+            out->n_records += e.kind == XSA_TRACE_RECORD;
+        }
+    }
+    free(kept);
+    out->n_ids = in->n_ids * times;
+    out->n_streams = in->n_streams;
+    return 0;
 }
 
 void xsa_trace_name(const char *path, char *out, size_t len) {

@@ -57,6 +57,14 @@ int xsa_trace_parse(const char *name, const char *text, size_t len, xsa_trace *t
                     char *err, size_t errlen);
 void xsa_trace_free(xsa_trace *t);
 
+/* `in` played `times` times over into *out, as a longer run of the same
+ * program: the ids still live at its end (the weights) are allocated once
+ * and kept, every other event comes again in each copy with its id moved
+ * past the copies before; waits come again with their events. 0 on
+ * success; -1 with a sentence in err (times 0, ids beyond
+ * XSA_TRACE_MAX_ID, out of memory) and *out left empty. */
+int xsa_trace_repeat(const xsa_trace *in, unsigned times, xsa_trace *out, char *err, size_t errlen);
+
 /* A trace's name from its path: "dir/gpt2_varlen.trace.gz" -> "gpt2_varlen"
  * (".trace.gz", ".trace" or ".gz" taken off). */
 void xsa_trace_name(const char *path, char *out, size_t len);

@@ -162,6 +162,52 @@ static void test_waits(void **state) {
     xsa_trace_free(&t);
 }
 
+/* The weights (0, live at the end) once, the step (1 with a record, and
+ * 2) again in every copy under new ids, their waits with them; every
+ * copy's ids are as consistent as the loader asks. */
+static void test_repeat(void **state) {
+    (void)state;
+    const char text[] = "a 0 100 0\na 1 200 1\nr 1 2\nw 5\nf 1\na 2 300 0\nf 2\n";
+    char err[256] = "";
+    xsa_trace t, r;
+    assert_int_equal(xsa_trace_parse("s", text, strlen(text), &t, err, sizeof err), 0);
+    assert_int_equal(xsa_trace_repeat(&t, 3, &r, err, sizeof err), 0);
+    assert_int_equal(r.n_events, 6 + 2 * 5);
+    assert_int_equal(r.n_allocs, 1 + 3 * 2);
+    assert_int_equal(r.n_frees, 3 * 2);
+    assert_int_equal(r.n_records, 3);
+    assert_int_equal(r.n_ids, 9);
+    assert_int_equal(r.n_streams, 3);
+    const uint32_t ids[] = {0, 1, 1, 1, 2, 2, 4, 4, 4, 5, 5, 7, 7, 7, 8, 8};
+    for (size_t i = 0; i < r.n_events; i++) {
+        assert_int_equal(r.events[i].id, ids[i]);
+        assert_int_equal(r.events[i].kind, t.events[i < 6 ? i : 1 + (i - 6) % 5].kind);
+        assert_int_equal(r.wait_ns[i], r.events[i].kind == XSA_TRACE_RECORD ? 5000 : 0);
+    }
+    /* Printed back and parsed, the copies pass the loader's id checks. */
+    char back[1024] = "";
+    for (size_t i = 0; i < r.n_events; i++) {
+        const xsa_trace_event *e = &r.events[i];
+        size_t n = strlen(back);
+        if (e->kind == XSA_TRACE_ALLOC)
+            snprintf(back + n, sizeof back - n, "a %u %llu %u\n", e->id, (unsigned long long)e->bytes, e->stream);
+        else if (e->kind == XSA_TRACE_RECORD)
+            snprintf(back + n, sizeof back - n, "r %u %u\n", e->id, e->stream);
+        else
+            snprintf(back + n, sizeof back - n, "f %u\n", e->id);
+    }
+    xsa_trace again;
+    assert_int_equal(xsa_trace_parse("back", back, strlen(back), &again, err, sizeof err), 0);
+    xsa_trace_free(&again);
+    xsa_trace_free(&r);
+    assert_int_equal(xsa_trace_repeat(&t, 0, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no copy"));
+    assert_null(r.events);
+    assert_int_equal(xsa_trace_repeat(&t, XSA_TRACE_MAX_ID, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "too many ids"));
+    xsa_trace_free(&t);
+}
+
 static void test_inconsistent(void **state) {
     (void)state;
     expect_error("f 7", "free of id 7, which was never allocated");
@@ -226,6 +272,7 @@ int main(void) {
         cmocka_unit_test(test_missing_file), cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_inconsistent), cmocka_unit_test(test_bundled),
         cmocka_unit_test(test_synthetic),    cmocka_unit_test(test_waits),
+        cmocka_unit_test(test_repeat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
