@@ -1,7 +1,8 @@
 /*
- * api/helper: the helper thread. One per process, started lazily the first
- * time a pool wakes it (a growth that created or moved pages, settings
- * that turn it on), it runs each device's pool rounds (pool/jobs.h:
+ * api/helper: the helper thread, xsa-helper as top and py-spy show it.
+ * One per process, started lazily the first time a pool wakes it (a
+ * growth that created or moved pages, settings that turn it on), it runs
+ * each device's pool rounds (pool/jobs.h:
  * unmapping recycling's old addresses, readying pages where a growth
  * ended, decay purging), so that their driver calls are made on this
  * thread, outside the device's lock, while the caller's thread goes on
@@ -248,6 +249,7 @@ static void start_locked(void) {
     atomic_store(&h.stop, false);
     h.current = -1;
     h.running = pthread_create(&h.thread, NULL, loop, NULL) == 0;
+    if (h.running) pthread_setname_np(h.thread, "xsa-helper"); /* as top and py-spy show it */
     h.starts += h.running;
 }
 

@@ -12,7 +12,9 @@ reports its median step time after warm-up: a CUDA event is recorded
 after every step without synchronizing, so the CPU runs ahead of the GPU
 as in training, and step i's time is the GPU's time between the events of
 steps i-1 and i (what the GPU spent on the step, and any time it waited
-for the CPU). The first quarter of the steps (at least 2) is warm-up. A
+for the CPU). The first quarter of the steps (at least 2) is warm-up.
+Each thread's CPU time over the steps (/proc) shows what a second
+thread, xsalloc's helper among them, took from the host. A
 round runs every workload under every allocator, the allocators' order
 rotated every round (and every workload), so a slow spell of the host
 blurs them alike. Every result is appended to the results file as one
@@ -145,6 +147,7 @@ def child(args):
     def timed_steps(steps, step):  # real_workloads' own, with an event after every step
         torch.cuda.synchronize()
         setup.setdefault("setup_s", time.perf_counter() - t_start)  # the process's start to its first step
+        counts["threads_before"] = thread_cpu()
         if use_xsalloc:
             counts["before"] = xsalloc_counts()
         start = torch.cuda.Event(enable_timing=True)
@@ -164,6 +167,7 @@ def child(args):
         torch.cuda.synchronize()
         events.insert(0, start)
         wall = time.perf_counter() - t0
+        counts["threads_after"] = thread_cpu()
         if use_xsalloc:
             counts["after"] = xsalloc_counts()
         return {"wall_s": wall, "steady_s": wall}
@@ -181,6 +185,11 @@ def child(args):
            "step_s": [round(t, 5) for t in times], "cpu_end_s": [round(t, 4) for t in cpu_ends]}
     if args.cpus:
         out["cpus"] = args.cpus
+    # each thread's CPU seconds during the steps ("main": the thread that ran them), those above 10 ms
+    before, after = counts["threads_before"], counts["threads_after"]
+    used = {t: (name, cpu - before.get(t, (name, 0.0))[1]) for t, (name, cpu) in after.items()}
+    out["threads_cpu_s"] = sorted(([("main" if t == os.getpid() else name), round(c, 3)] for t, (name, c) in used.items()
+                                   if c >= 0.01), key=lambda x: -x[1])
     if use_xsalloc:  # what xsalloc did during the steps: driver calls per entry point, pages, lock waits
         before, after = counts["before"], counts["after"]
         out["xsalloc_steps"] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
@@ -195,6 +204,24 @@ def child(args):
     with open(tmp, "w") as f:
         json.dump(out, f)
     os.replace(tmp, args.out)
+
+
+def thread_cpu():
+    """Each thread of this process: {tid: (name, CPU seconds so far)}, from /proc (empty where it is missing)."""
+    out, tick = {}, os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue  # the thread ended
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+    return out
 
 
 def load(path):

@@ -1,6 +1,7 @@
 /*
  * helper_test: the helper thread through the public API on the simulated
- * driver: it starts lazily, once, and only with helper_thread on; decay on
+ * driver: it starts lazily, once, and only with helper_thread on, named
+ * xsa-helper (as top and py-spy show it); decay on
  * its own thread brings reserved memory down to live memory; shutdown and
  * fork stop it cleanly (the child starts its own at its first growth, the
  * parent's runs on); settings at run time turn it and decay on and off
@@ -12,10 +13,12 @@
  * reset. Cases on the thread wait on real time (with generous limits);
  * the failure cases use the helper's manual mode and a clock of their own.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +86,25 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* How many of this process's threads are named `name` (/proc). */
+static int threads_named(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[300], comm[32] = "";
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* the thread ended */
+        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+        n += strcmp(comm, name) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
 static void test_starts_lazily_once_and_only_when_on(void **state) {
     (void)state;
     uint64_t starts = xsa_helper_starts();
@@ -97,6 +119,7 @@ static void test_starts_lazily_once_and_only_when_on(void **state) {
     assert_false(xsa_helper_running());
     params = params_and_burst(); /* growths wake it */
     assert_true(xsa_helper_running());
+    assert_int_equal(threads_named("xsa-helper"), 1);
     void *more;
     OK(xsa_malloc(&more, 60 * MiB, 0, NULL));
     assert_int_equal(xsa_helper_starts(), starts + 1);
@@ -104,6 +127,7 @@ static void test_starts_lazily_once_and_only_when_on(void **state) {
     OK(xsa_free(params));
     OK(xsa_shutdown());
     assert_false(xsa_helper_running());
+    assert_int_equal(threads_named("xsa-helper"), 0);
 }
 
 static void test_settings_before_the_first_allocation_wait_for_the_devices(void **state) {

@@ -567,10 +567,26 @@ class ChildTest(unittest.TestCase):
         self.assertEqual(self.used, [])
         self.assertAlmostEqual(res.pop("median_step_s"), 0.015)  # steps 3 and 4: the first 2 are warm-up
         self.assertAlmostEqual(res.pop("wall_s"), 0.010)
+        self.assertIsInstance(res.pop("threads_cpu_s"), list)  # this process's threads: test_child_times_each_thread
         self.assertEqual(res, {"workload": "four", "alloc": "native", "steps": 4, "impl": "stand-in",
                                "device": "FakeGPU", "peak_reserved": 300, "peak_allocated": 200,
                                "import_s": 2.0, "setup_s": 7.01,
                                "step_s": [0.1, 0.05, 0.01, 0.02], "cpu_end_s": [0.001, 0.003, 0.006, 0.01]})
+
+    def test_child_times_each_thread_during_the_steps(self):
+        pid, seen = os.getpid(), []
+        before = {pid: ("python3", 1.0), 77: ("xsa-helper", 0.5), 78: ("idle", 0.2)}
+        after = {pid: ("python3", 3.5), 77: ("xsa-helper", 0.75), 78: ("idle", 0.205), 79: ("cuda-EvtHandlr", 0.02)}
+        with mock.patch.object(walltime, "thread_cpu", lambda: seen.append(1) or (after if len(seen) > 1 else before)):
+            res = self.run_child("native")
+        self.assertEqual(len(seen), 2)  # before the first step and after the last
+        # the steps' thread is "main"; threads under 10 ms are left out; one that started counts from 0
+        self.assertEqual(res["threads_cpu_s"], [["main", 2.5], ["xsa-helper", 0.25], ["cuda-EvtHandlr", 0.02]])
+
+    def test_thread_cpu_reads_this_process(self):
+        threads = walltime.thread_cpu()
+        self.assertIn(os.getpid(), threads)
+        self.assertTrue(all(isinstance(name, str) and cpu >= 0 for name, cpu in threads.values()))
 
     def test_child_pins_itself_before_torch_is_imported(self):
         pinned = []
