@@ -58,8 +58,8 @@ typedef struct options {
     int64_t lags[MAX_LAGS];
     int n_lags;
     const char *commit_lag_arg, *repeat_arg;
-    unsigned commit_lag;
-    unsigned repeat;          /* --repeat: each bundled trace this many times over */      /* --commit-lag: the helper's jobs commit this many events late */
+    unsigned commit_lag;      /* --commit-lag: the helper's jobs commit this many events late */
+    unsigned repeat;          /* --repeat: each bundled trace this many times over */
     bool no_traces;
 } options;
 

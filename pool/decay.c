@@ -47,17 +47,18 @@
  * backoff is its own). When reserved memory grows back, from tick to
  * tick, by REGRET_SHARE of what the cut took (with what the next ticks
  * of that time took) within `horizon` windows of it (as long as the
- * horizon had kept the need), the cut was a regret. The horizon doubles
- * at a regret (up to HORIZON_MAX windows), the first time only at a
- * second regret within HORIZON_CALM x its windows: one can be a
- * program's start (GPT-2's first step on an H200 takes 0.6 s, more than
- * a window, and the next creates what went); HORIZON_CALM x horizon
+ * horizon had kept the need), the cut was a regret. The horizon grows
+ * HORIZON_GROWTH times at a regret (up to HORIZON_MAX windows), the
+ * first time only at a second regret within HORIZON_CALM x its windows:
+ * one can be a program's start (GPT-2's first step on an H200 takes 0.6
+ * s, more than a window, and the next creates what went); HORIZON_CALM x horizon
  * windows without one halve it. Memory that comes back later than that
  * (the bursty workload's bursts, every 1.2-2 s) keeps a horizon of one
  * window and goes as fast as before. (Replaying gpt2_varlen and
- * resnet_varbatch six times over, 100 us an event: the allocation path's
- * simulated driver time 341 and 210 ms against decay off's 247 and 100,
- * where a horizon of one window cost 721 and 378.)
+ * resnet_varbatch six times over, 100 us an event, lags 0 and 500: the
+ * allocation path's simulated driver time 270-281 and 167-169 ms against
+ * decay off's 244-247 and 100-113, where a horizon of one window cost
+ * 721-774 and 378-406; growing twofold, 335-341 and 210-218.)
  * Oldest first: free blocks by the age of their youngest page in
  * the range, each from its high end, whole chunks only (the driver
  * releases whole handles).
@@ -231,9 +232,10 @@ static void window(xsa_decay *d, uint64_t now, uint64_t span) {
     }
 }
 
-/* The horizon at the tick at `now`: twice as long after a regret (the
- * first time, after a second within HORIZON_CALM x its windows of the
- * first), half as long after as many windows without one. A cut is
+/* The horizon at the tick at `now`: HORIZON_GROWTH times as long after a
+ * regret (the first time, after a second within HORIZON_CALM x its
+ * windows of the first), half as long after as many windows without one
+ * (so always a power of two). A cut is
  * judged for `horizon` windows, by the growth of reserved memory from one
  * tick to the next. */
 static void regret(const xsa_pool *p, xsa_decay *d, uint64_t now, uint64_t span) {

@@ -10,8 +10,8 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -264,7 +264,7 @@ int xsa_trace_repeat(const xsa_trace *in, unsigned times, xsa_trace *out, char *
     }
     bool *kept = calloc(in->n_ids ? in->n_ids : 1, sizeof *kept); /* live at the end */
     out->events = malloc((in->n_events ? in->n_events : 1) * times * sizeof *out->events);
-    out->wait_ns = in->wait_ns ? malloc(in->n_events * times * sizeof *out->wait_ns) : NULL;
+    out->wait_ns = in->wait_ns ? malloc((in->n_events ? in->n_events : 1) * times * sizeof *out->wait_ns) : NULL;
     if (!kept || !out->events || (in->wait_ns && !out->wait_ns)) {
         free(kept);
         xsa_trace_free(out);
