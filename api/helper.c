@@ -140,7 +140,9 @@ static bool commit_pending(int d, bool now) {
 }
 
 static void commit_all_pending(void) {
+    bool was = xsa_driver_background(true);
     for (int d = 0; d < XSA_MAX_DEVICES; d++) commit_pending(d, true);
+    xsa_driver_background(was);
 }
 
 /* The rounds due on device d at `now`; when the next one is due. */
@@ -181,12 +183,16 @@ static uint64_t rounds_on(int d, uint64_t now, bool thread) {
     }
 }
 
+/* The rounds due on every device; their driver calls count as background
+ * work (vmm/driver.h), on the thread or polled. */
 static uint64_t rounds(uint64_t now, bool thread) {
+    bool was = xsa_driver_background(true);
     uint64_t next = UINT64_MAX;
     for (int d = 0; d < xsa_devices.devices; d++) {
         uint64_t due = rounds_on(d, now, thread);
         if (due < next) next = due;
     }
+    xsa_driver_background(was);
     return next;
 }
 

@@ -41,10 +41,29 @@ void xsa_driver_read_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT], uin
     }
 }
 
+static _Thread_local bool in_background;
+
+bool xsa_driver_background(bool on) {
+    bool was = in_background;
+    in_background = on;
+    return was;
+}
+
+bool xsa_driver_in_background(void) { return in_background; }
+
+void xsa_driver_read_background_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT], uint64_t ns[XSA_DRV_COUNT]) {
+    for (int i = 0; i < XSA_DRV_COUNT; i++) {
+        out[i] = atomic_load_explicit(&d->bg_calls[i], memory_order_relaxed);
+        if (ns) ns[i] = atomic_load_explicit(&d->bg_ns[i], memory_order_relaxed);
+    }
+}
+
 void xsa_driver_reset_calls(xsa_driver *d) {
     for (int i = 0; i < XSA_DRV_COUNT; i++) {
         atomic_store_explicit(&d->calls[i], 0, memory_order_relaxed);
         atomic_store_explicit(&d->ns[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&d->bg_calls[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&d->bg_ns[i], 0, memory_order_relaxed);
     }
 }
 

@@ -13,7 +13,10 @@
  * entry point (replay reports create/map/unmap/release/mem_alloc/mem_free)
  * and, once xsa_driver_time_calls(d, true), adds up the time spent in each:
  * what the real driver costs on a workload is measured, not guessed. Off by
- * default so that the call counters stay the only cost.
+ * default so that the call counters stay the only cost. A thread marks the
+ * work it does in the background (the helper's rounds: api/helper.c) with
+ * xsa_driver_background, and its calls and time are counted apart too, so
+ * that what the allocation path paid is the rest.
  *
  * One entry is not CUDA's: process_get_fds, the system call an importer
  * needs to take an exporter's handles (pidfd_getfd). It sits in the table
@@ -240,26 +243,39 @@ typedef struct xsa_driver {
     const char *(*error_string)(xsa_cu_result result);
 
     /* Calls made through XSA_DRV, per entry point, and nanoseconds spent in
-     * them while `timed`. */
+     * them while `timed`; bg_: the part of both made in background work. */
     _Atomic uint64_t calls[XSA_DRV_COUNT];
     _Atomic uint64_t ns[XSA_DRV_COUNT];
+    _Atomic uint64_t bg_calls[XSA_DRV_COUNT];
+    _Atomic uint64_t bg_ns[XSA_DRV_COUNT];
     _Atomic bool timed;
 } xsa_driver;
 
 uint64_t xsa_driver_now_ns(void);
+
+/* Marks the calling thread's work from now on as background (on) or not
+ * (its driver calls count in bg_calls and bg_ns too); returns what it
+ * was, to put back. */
+bool xsa_driver_background(bool on);
+/* Whether the calling thread's work is background now. */
+bool xsa_driver_in_background(void);
 
 /* A GNU statement expression (gcc and clang): the call's result is kept
  * while its duration is added. */
 #define XSA_DRV(d, entry, ...)                                                                   \
     __extension__({                                                                              \
         xsa_driver *drv_ = (d);                                                                  \
+        bool bg_ = xsa_driver_in_background();                                                   \
         atomic_fetch_add_explicit(&drv_->calls[XSA_DRV_##entry], 1, memory_order_relaxed);      \
+        if (bg_) atomic_fetch_add_explicit(&drv_->bg_calls[XSA_DRV_##entry], 1, memory_order_relaxed); \
         bool timed_ = atomic_load_explicit(&drv_->timed, memory_order_relaxed);                 \
         uint64_t t0_ = timed_ ? xsa_driver_now_ns() : 0;                                         \
         xsa_cu_result r_ = drv_->entry(__VA_ARGS__);                                            \
-        if (timed_)                                                                              \
-            atomic_fetch_add_explicit(&drv_->ns[XSA_DRV_##entry], xsa_driver_now_ns() - t0_,    \
-                                      memory_order_relaxed);                                     \
+        if (timed_) {                                                                            \
+            uint64_t dt_ = xsa_driver_now_ns() - t0_;                                            \
+            atomic_fetch_add_explicit(&drv_->ns[XSA_DRV_##entry], dt_, memory_order_relaxed);   \
+            if (bg_) atomic_fetch_add_explicit(&drv_->bg_ns[XSA_DRV_##entry], dt_, memory_order_relaxed); \
+        }                                                                                        \
         r_;                                                                                      \
     })
 
@@ -282,6 +298,8 @@ xsa_cu_result xsa_driver_process_get_fds(int pid, const int *fds, int n, int *ou
 /* Copies the call counters (and the time spent, if ns is not NULL) into
  * out[XSA_DRV_COUNT]. */
 void xsa_driver_read_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT], uint64_t ns[XSA_DRV_COUNT]);
+/* The same for the part made in background work. */
+void xsa_driver_read_background_calls(const xsa_driver *d, uint64_t out[XSA_DRV_COUNT], uint64_t ns[XSA_DRV_COUNT]);
 void xsa_driver_reset_calls(xsa_driver *d);
 /* Starts or stops adding up the time spent in each entry point. */
 void xsa_driver_time_calls(xsa_driver *d, bool on);

@@ -488,10 +488,10 @@ def memory_rows(results, workloads, allocs):
 
 
 def calls_between(before, after):
-    """{entry: [calls, us]} made between two xsalloc.driver_calls() readings."""
+    """{entry: [calls, us]} made between two xsalloc.driver_calls() readings (the helper's share left in)."""
     diff = {}
-    for entry, (n, us) in after.items():
-        n0, us0 = before.get(entry, (0, 0.0))
+    for entry, (n, us, *_) in after.items():
+        n0, us0 = before.get(entry, (0, 0.0))[:2]
         if n > n0:
             diff[entry] = [n - n0, round(us - us0, 1)]
     return diff

@@ -40,7 +40,12 @@ and against xsalloc with decay and the helper off, and the same ratios
 taken round by round (a run against the runs of its own round) with
 their median, min and max, and torch expandable against torch native
 round by round: the method's own spread, what a ratio must beat to mean
-anything.
+anything. Since that spread is larger than 2% on these hosts, an xsalloc
+child also times its driver calls (two clock reads a call) and the table
+gives what xsalloc itself spent on the allocating threads a step (driver
+calls, the helper thread's counted apart, and waits for the device's
+lock), so a variant's cost over xsalloc_off is measured where the
+ratios cannot show it.
 
 `run --pin` runs each child on the CPUs local to its GPU (the GPU's
 NUMA node, from nvidia-smi's PCI bus id and sysfs; `child --cpus LIST`
@@ -139,9 +144,12 @@ def child(args):
 
     events, cpu_ends, counts, modes = [], [], {}, []
 
-    def xsalloc_counts():  # driver calls and pages so far (counts only: timing them would cost each call)
+    def xsalloc_counts():  # driver calls, their microseconds (the allocating threads', the helper's), pages so far
         stats = xsalloc.torch.memory_stats()
-        calls = {k: n for k, (n, _) in xsalloc.driver_calls().items()}
+        entries = xsalloc.driver_calls()
+        calls = {k: v[0] for k, v in entries.items()}
+        calls["driver_us"] = round(sum(v[1] - v[3] for v in entries.values()))
+        calls["helper_driver_us"] = round(sum(v[3] for v in entries.values()))
         return {**calls, **{k: stats[k] for k in XSALLOC_STEP_STATS}}
 
     def timed_steps(steps, step):  # real_workloads' own, with an event after every step
@@ -149,6 +157,7 @@ def child(args):
         setup.setdefault("setup_s", time.perf_counter() - t_start)  # the process's start to its first step
         counts["threads_before"] = thread_cpu()
         if use_xsalloc:
+            xsalloc.time_driver_calls(True)  # two clock reads a driver call (microseconds each)
             counts["before"] = xsalloc_counts()
         start = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -193,6 +202,8 @@ def child(args):
     if use_xsalloc:  # what xsalloc did during the steps: driver calls per entry point, pages, lock waits
         before, after = counts["before"], counts["after"]
         out["xsalloc_steps"] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+        for k in ("driver_us", "helper_driver_us"):  # kept at 0: a run that timed its driver calls
+            out["xsalloc_steps"].setdefault(k, 0)
     if block:
         kept = [i for i in range(warm, len(times)) if i % block]  # a block's first step pays for the switch
         median = {m: statistics.median(times[i] for i in kept if modes[i] == m) for m in AB_MODES
@@ -461,6 +472,37 @@ def paired_ratios(rows, workloads):
         print("\n".join(spread))
 
 
+def path_table(rows, workloads):
+    """xsalloc's own time on the allocating threads over a run's steps, warm-up included: its driver calls
+    (the helper thread's left out) and its waits for the device's lock, ms a step, median [min-max] (n runs);
+    each variant's extra over xsalloc_off's in % of xsalloc_off's median step; and the helper thread's driver
+    time (another CPU's). Only runs that timed their driver calls (xsalloc_steps' driver_us)."""
+    lines = []
+    for w in workloads:
+        parts, path = [], {}
+        off_step = [r["median_step_s"] * 1e3 for r in rows if r["workload"] == w and r["alloc"] == "xsalloc_off"]
+        for a in XSALLOCS:
+            mine = [r for r in rows if r["workload"] == w and r["alloc"] == a and "driver_us" in r.get("xsalloc_steps", {})]
+            if not mine:
+                continue
+            ms = [(r["xsalloc_steps"]["driver_us"] + r["xsalloc_steps"].get("device_lock_wait_us", 0)) / 1e3 / r["steps"]
+                  for r in mine]
+            helper = [r["xsalloc_steps"]["helper_driver_us"] / 1e3 / r["steps"] for r in mine]
+            path[a] = statistics.median(ms)
+            cell = f"{a} {path[a]:.3f} [{min(ms):.3f}-{max(ms):.3f}] ({len(ms)})"
+            if statistics.median(helper):
+                cell += f", helper {statistics.median(helper):.3f}"
+            parts.append(cell)
+        extra = [f"{a} {100 * (path[a] - path['xsalloc_off']) / statistics.median(off_step):+.2f}%"
+                 for a in XSALLOCS if a in path and a != "xsalloc_off" and "xsalloc_off" in path and off_step]
+        if parts:
+            lines.append(f"  {w:10s} " + "; ".join(parts) + (f" (over off: {', '.join(extra)})" if extra else ""))
+    if lines:
+        print("\nxsalloc on the allocating threads: driver calls and lock waits, ms a step over all steps, "
+              "median [min-max] (n runs); over off: the extra in % of off's median step")
+        print("\n".join(lines))
+
+
 def device_table(rows, device):
     print(f"\nMedian step time after warm-up, median of the runs' medians [min-max] (n runs); {device}")
     workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in rows)]
@@ -494,6 +536,7 @@ def device_table(rows, device):
             parts.append(s + (" (!)" if flag else ""))
         print(f"  {w:10s} " + "; ".join(parts))
     paired_ratios(rows, workloads)
+    path_table(rows, workloads)
     starts = {w: [r["setup_s"] for r in rows if r["workload"] == w and "setup_s" in r] for w in workloads}
     if any(starts.values()):  # where a run's device time goes besides its steps
         print("\nStart-up, median seconds from a run's process start to its first step: " +

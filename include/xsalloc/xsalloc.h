@@ -513,7 +513,9 @@ XSA_API xsa_status xsa_write_trace(int device, const char *path);
 /* The CUDA driver calls xsalloc made, per entry point, since it was
  * initialised. xsa_time_driver_calls(1) starts adding up the time spent in
  * each (two clock reads per call; 0 stops). xsa_driver_calls_json writes
- * {"mem_create": [calls, microseconds], ...} (entry points never called
+ * {"mem_create": [calls, microseconds, helper calls, helper microseconds],
+ * ...} (the helper's: the part made by the helper thread's rounds, so the
+ * rest is what the allocating threads paid; entry points never called
  * left out; microseconds 0 while timing was off) into buf and sets
  * *needed to the bytes it takes with the NUL; XSA_ERROR_INVALID_VALUE if
  * len is smaller (call with buf NULL, len 0 to ask). */

@@ -97,8 +97,9 @@ def time_driver_calls(enabled=True):
 
 
 def driver_calls():
-    """{entry point: [calls, microseconds]}: the driver calls xsalloc made since it started
-    (microseconds only while time_driver_calls() was on)."""
+    """{entry point: [calls, microseconds, helper calls, helper microseconds]}: the driver calls
+    xsalloc made since it started, and the part of them the helper thread made (the rest was on
+    the allocating threads' path); microseconds only while time_driver_calls() was on."""
     return load().driver_calls()
 
 

@@ -265,7 +265,8 @@ class Library:
         return n.value
 
     def driver_calls(self):
-        """{entry point: [calls, microseconds]} since initialisation (xsa_driver_calls_json)."""
+        """{entry point: [calls, microseconds, helper calls, helper microseconds]} since initialisation
+        (xsa_driver_calls_json)."""
         needed = ctypes.c_size_t()
         self.cdll.xsa_driver_calls_json(None, 0, ctypes.byref(needed))
         while True:

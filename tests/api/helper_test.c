@@ -10,7 +10,7 @@
  * and it runs beside threads that allocate (the TSan build checks the
  * locking); a call that slept for the device's lock shows in the
  * statistics (num_device_lock_waits, device_lock_wait_us) until they are
- * reset. Cases on the thread wait on real time (with generous limits);
+ * reset; the helper's driver calls are counted apart from the callers'. Cases on the thread wait on real time (with generous limits);
  * the failure cases use the helper's manual mode and a clock of their own.
  */
 #include <dirent.h>
@@ -394,6 +394,52 @@ static void *malloc_and_free(void *arg) {
     return NULL;
 }
 
+/* Driver calls of entry point e so far, all and the helper's rounds' part. */
+static uint64_t calls_of(xsa_driver_entry e, bool background) {
+    uint64_t c[XSA_DRV_COUNT];
+    if (background)
+        xsa_driver_read_background_calls(xsa_active_driver(), c, NULL);
+    else
+        xsa_driver_read_calls(xsa_active_driver(), c, NULL);
+    return c[e];
+}
+
+/* The helper's rounds count their driver calls apart, polled on the
+ * caller's thread too, and the caller's own calls stay outside them. */
+static void test_the_helpers_driver_calls_are_counted_apart(void **state) {
+    (void)state;
+    manual_decay_until_taken(); /* its growths were the caller's, its rounds polled */
+    assert_int_equal(calls_of(XSA_DRV_mem_create, true), 0);
+    assert_true(calls_of(XSA_DRV_mem_create, false) >= 21);
+    assert_false(xsa_driver_in_background()); /* a poll gives the thread back as it was */
+    uint64_t unmaps = calls_of(XSA_DRV_mem_unmap, false), bg_unmaps = calls_of(XSA_DRV_mem_unmap, true);
+    next_rounds(); /* the taken pages' job: unmapped and released in a round */
+    assert_int_equal(pages_unmapped(), 19);
+    assert_true(calls_of(XSA_DRV_mem_unmap, false) > unmaps);
+    assert_int_equal(calls_of(XSA_DRV_mem_unmap, true) - bg_unmaps, calls_of(XSA_DRV_mem_unmap, false) - unmaps);
+    assert_int_equal(calls_of(XSA_DRV_mem_release, true), calls_of(XSA_DRV_mem_release, false));
+    assert_false(xsa_driver_in_background());
+    uint64_t creates = calls_of(XSA_DRV_mem_create, false);
+    void *p;
+    OK(xsa_malloc(&p, 20 * MiB, 0, NULL)); /* a growth on the caller's path */
+    assert_true(calls_of(XSA_DRV_mem_create, false) > creates);
+    assert_int_equal(calls_of(XSA_DRV_mem_create, true), 0);
+    OK(xsa_free(p));
+    INVARIANTS(0);
+}
+
+/* On the thread too: decay's releases are all the helper's. */
+static void test_the_threads_driver_calls_are_counted_apart(void **state) {
+    (void)state;
+    OK(xsa_init("helper_thread:True,page_decay_ms:20"));
+    void *params = params_and_burst();
+    assert_true(reserved_drops_to(4 * MiB));
+    OK(xsa_free(params));
+    assert_true(calls_of(XSA_DRV_mem_release, true) >= 19);
+    assert_int_equal(calls_of(XSA_DRV_mem_release, true), calls_of(XSA_DRV_mem_release, false));
+    INVARIANTS(0);
+}
+
 /* The device's lock held (as a helper round holds it) while another thread
  * allocates: that call's sleep is counted, with its time, until reset. */
 static void test_a_wait_for_the_lock_shows_in_the_stats(void **state) {
@@ -442,6 +488,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_empty_cache_too, setup, teardown),
         cmocka_unit_test_setup_teardown(test_beside_threads_that_allocate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_wait_for_the_lock_shows_in_the_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_helpers_driver_calls_are_counted_apart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_threads_driver_calls_are_counted_apart, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -483,6 +483,12 @@ static void test_driver_calls_as_json(void **state) {
     const char *c = strstr(buf, "\"mem_map\": [3, ");
     assert_int_equal(sscanf(c + strlen("\"mem_map\": [3, "), "%lf", &us), 1);
     assert_true(us > 0);
+    /* Then the helper thread's part: none here (it is off). */
+    unsigned long long helper_calls = 1;
+    double helper_us = 1;
+    assert_int_equal(sscanf(strchr(c, ',') + 1, "%*f, %llu, %lf]", &helper_calls, &helper_us), 2);
+    assert_int_equal(helper_calls, 0);
+    assert_true(helper_us == 0);
     OK(xsa_time_driver_calls(0));
     OK(xsa_free(p));
 }

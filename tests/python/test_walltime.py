@@ -425,6 +425,28 @@ class TableTest(unittest.TestCase):
         self.assertEqual(blocks["Peak reserved / peak allocated, median of the runs [min-max]"],
                          ["  resnet     native 1.100 [1.100-1.100]"])
 
+    def test_xsallocs_time_on_the_allocating_threads(self):
+        def steps(driver_us, wait_us=None, helper_us=0):
+            d = {"driver_us": driver_us, "helper_driver_us": helper_us}
+            if wait_us is not None:
+                d["device_lock_wait_us"] = wait_us
+            return {"steps": 100, "xsalloc_steps": d}
+        rows = [row(1, "resnet", "native", 10), row(1, "resnet", "expandable", 11),
+                row(1, "resnet", "xsalloc_off", 10, **steps(30000)), row(2, "resnet", "xsalloc_off", 12, **steps(50000)),
+                row(3, "resnet", "xsalloc_off", 14, **steps(40000)),
+                row(1, "resnet", "xsalloc_decay", 11, **steps(45000, 5000, 20000)),
+                row(2, "resnet", "xsalloc_decay", 12, **steps(60000, 10000, 40000)),
+                # a run from before driver calls were timed: left out
+                row(3, "resnet", "xsalloc_decay", 30, steps=100, xsalloc_steps={"mem_map": 4}),
+                row(1, "moe", "xsalloc_off", 20)]
+        blocks = self.blocks(self.table(rows)[0])
+        # off: 0.3, 0.5, 0.4 ms a step; decay: (45 + 5) / 100 = 0.5 and (60 + 10) / 100 = 0.7, helper 0.2 and 0.4;
+        # decay's extra: (0.6 - 0.4) / off's median step 12 ms = 1.67%.
+        self.assertEqual(blocks["xsalloc on the allocating threads: driver calls and lock waits, ms a step over all "
+                                "steps, median [min-max] (n runs); over off: the extra in % of off's median step"], [
+            "  resnet     xsalloc_decay 0.600 [0.500-0.700] (2), helper 0.300; xsalloc_off 0.400 [0.300-0.500] (3) "
+            "(over off: xsalloc_decay +1.67%)"])
+
     def test_only_failed_runs(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "r.jsonl")
@@ -514,12 +536,15 @@ class ChildTest(unittest.TestCase):
         self.cpu += 0.5
 
     def xsalloc_did(self, calls=0, unmaps=0):
-        """The stand-ins' counts move: `calls` mem_map and mem_create calls and pages mapped, `unmaps` mem_unmap calls
-        and pages unmapped."""
-        for entry, n in (("mem_map", calls), ("mem_create", calls), ("mem_unmap", unmaps)):
+        """The stand-ins' counts move: `calls` mem_map and mem_create calls (2.5 us each, the allocating thread's)
+        and pages mapped, `unmaps` mem_unmap calls (10 us each, the helper's) and pages unmapped."""
+        for entry, n, us, helper in (("mem_map", calls, 2.5, False), ("mem_create", calls, 2.5, False),
+                                     ("mem_unmap", unmaps, 10.0, True)):
             if n:
-                c = self.calls.setdefault(entry, [0, 0.0])
-                c[0], c[1] = c[0] + n, c[1] + 2.5 * n
+                c = self.calls.setdefault(entry, [0, 0.0, 0, 0.0])
+                c[0], c[1] = c[0] + n, c[1] + us * n
+                if helper:
+                    c[2], c[3] = c[2] + n, c[3] + us * n
         self.pages["num_pages_mapped"] += calls
         self.pages["num_pages_unmapped"] += unmaps
         self.pages["num_device_lock_waits"] += unmaps  # an unmap's round kept a call waiting
@@ -544,7 +569,9 @@ class ChildTest(unittest.TestCase):
 
     def stand_in_xsalloc(self, **more):
         """xsalloc's driver calls and statistics from the stand-ins' counts (and `more` of its functions)."""
+        self.timing = []
         patchers = [mock.patch.object(xsalloc, "driver_calls", lambda: {k: list(v) for k, v in self.calls.items()}),
+                    mock.patch.object(xsalloc, "time_driver_calls", self.timing.append),
                     mock.patch.object(xsalloc.torch, "memory_stats", lambda device=None: dict(self.pages))]
         patchers += [mock.patch.object(xsalloc, name, fn) for name, fn in more.items()]
         for patcher in patchers:
@@ -552,7 +579,7 @@ class ChildTest(unittest.TestCase):
             self.addCleanup(patcher.stop)
 
     def run_child(self, alloc, workload="four", alternate=None, cpus=None):
-        self.calls = {"init": [1, 0.0], "mem_map": [5, 12.5], "mem_create": [5, 40.0]}
+        self.calls = {"init": [1, 0.0, 0, 0.0], "mem_map": [5, 12.5, 0, 0.0], "mem_create": [5, 40.0, 1, 8.0]}
         self.pages = {"num_pages_mapped": 5, "num_pages_unmapped": 0, "num_pages_recycled": 2,
                       "num_device_lock_waits": 3, "device_lock_wait_us": 900, "allocated_bytes.all.current": 0}
         out = os.path.join(self.dir.name, "r.json")
@@ -613,10 +640,13 @@ class ChildTest(unittest.TestCase):
         self.assertEqual(self.env_at_import, dict.fromkeys(CONF_VARS))
         self.assertEqual(res["setup_s"], 7.51, "use() is start-up")
         self.assertEqual(res["import_s"], 2.0)
-        # Only the keys that changed; none of init or num_pages_recycled; no byte statistics.
+        # Only the keys that changed; none of init or num_pages_recycled; no byte statistics. Driver time:
+        # 4 maps and 4 creates of 2.5 us on the allocating thread, 1 unmap of 10 us on the helper's.
         self.assertEqual(res["xsalloc_steps"], {"mem_map": 4, "mem_create": 4, "mem_unmap": 1,
+                                                "driver_us": 20, "helper_driver_us": 10,
                                                 "num_pages_mapped": 4, "num_pages_unmapped": 1,
                                                 "num_device_lock_waits": 1, "device_lock_wait_us": 250})
+        self.assertEqual(self.timing, [True], "timed from before the steps")
         self.assertAlmostEqual(res["median_step_s"], 0.015)
         for alloc, conf in (("xsalloc_off", "helper_thread:False"),
                             ("xsalloc_decay", "helper_thread:True,page_decay_ms:500"),
@@ -672,6 +702,8 @@ class ChildTest(unittest.TestCase):
         self.assertEqual(steps["num_pages_unmapped"], steps["num_pages_mapped"])
         self.assertEqual(steps["mem_create"], steps["num_pages_mapped"])
         self.assertNotIn("num_device_lock_waits", steps, "one thread, the helper off: nobody waited")
+        self.assertGreater(steps["driver_us"], 0, "timed, on the allocating thread")
+        self.assertEqual(steps["helper_driver_us"], 0, "the helper off")
         # The library takes both modes' settings at run time, between steps that allocate.
         alt = self.run_child("xsalloc_off", "sixteen", alternate=2)["alternate"]
         self.assertEqual(set(alt["median_s"]), set(walltime.AB_MODES))
