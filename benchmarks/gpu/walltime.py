@@ -45,7 +45,9 @@ child also times its driver calls (two clock reads a call) and the table
 gives what xsalloc itself spent on the allocating threads a step (driver
 calls, the helper thread's counted apart, and waits for the device's
 lock), so a variant's cost over xsalloc_off is measured where the
-ratios cannot show it.
+ratios cannot show it, and the driver calls' median step after warm-up
+(each step's driver time is read after its end), to set beside the
+median step times.
 
 `run --pin` runs each child on the CPUs local to its GPU (the GPU's
 NUMA node, from nvidia-smi's PCI bus id and sysfs; `child --cpus LIST`
@@ -142,15 +144,18 @@ def child(args):
     sys.path.insert(0, HERE)
     import real_workloads
 
-    events, cpu_ends, counts, modes = [], [], {}, []
+    events, cpu_ends, counts, modes, step_path = [], [], {}, [], []
 
     def xsalloc_counts():  # driver calls, their microseconds (the allocating threads', the helper's), pages so far
         stats = xsalloc.torch.memory_stats()
         entries = xsalloc.driver_calls()
         calls = {k: v[0] for k, v in entries.items()}
-        calls["driver_us"] = round(sum(v[1] - v[3] for v in entries.values()))
+        calls["driver_us"] = round(path_us(entries))
         calls["helper_driver_us"] = round(sum(v[3] for v in entries.values()))
         return {**calls, **{k: stats[k] for k in XSALLOC_STEP_STATS}}
+
+    def path_us(entries=None):  # microseconds of driver calls on the allocating threads so far
+        return sum(v[1] - v[3] for v in (entries or xsalloc.driver_calls()).values())
 
     def timed_steps(steps, step):  # real_workloads' own, with an event after every step
         torch.cuda.synchronize()
@@ -159,6 +164,7 @@ def child(args):
         if use_xsalloc:
             xsalloc.time_driver_calls(True)  # two clock reads a driver call (microseconds each)
             counts["before"] = xsalloc_counts()
+            step_path.append(path_us())
         start = torch.cuda.Event(enable_timing=True)
         start.record()
         t0 = time.perf_counter()
@@ -173,6 +179,8 @@ def child(args):
             e.record()
             events.append(e)
             cpu_ends.append(time.perf_counter() - t0)
+            if use_xsalloc:  # 15 us a read (simulated driver, 9 entry points), after the step's end was taken
+                step_path.append(path_us())
         torch.cuda.synchronize()
         events.insert(0, start)
         wall = time.perf_counter() - t0
@@ -185,7 +193,7 @@ def child(args):
     fn, steps = WORKLOADS[args.workload]
     res = getattr(real_workloads, fn)(steps)
     times = [events[i - 1].elapsed_time(events[i]) / 1e3 for i in range(1, len(events))]
-    warm = max(2, len(times) // 4)
+    warm = warm_up(len(times))
     out = {"workload": args.workload, "alloc": args.alloc, "steps": steps, "median_step_s": statistics.median(times[warm:]),
            "wall_s": res["wall_s"], "impl": res["impl"], "device": torch.cuda.get_device_name(),
            "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated(),
@@ -204,6 +212,8 @@ def child(args):
         out["xsalloc_steps"] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
         for k in ("driver_us", "helper_driver_us"):  # kept at 0: a run that timed its driver calls
             out["xsalloc_steps"].setdefault(k, 0)
+        # each step's driver time on the allocating threads, to set beside the steps' times after warm-up
+        out["step_driver_us"] = [round(b - a) for a, b in zip(step_path, step_path[1:])]
     if block:
         kept = [i for i in range(warm, len(times)) if i % block]  # a block's first step pays for the switch
         median = {m: statistics.median(times[i] for i in kept if modes[i] == m) for m in AB_MODES
@@ -215,6 +225,11 @@ def child(args):
     with open(tmp, "w") as f:
         json.dump(out, f)
     os.replace(tmp, args.out)
+
+
+def warm_up(steps):
+    """How many of a run's first steps are warm-up: a quarter, at least 2."""
+    return max(2, steps // 4)
 
 
 def thread_cpu():
@@ -490,6 +505,10 @@ def path_table(rows, workloads):
             helper = [r["xsalloc_steps"]["helper_driver_us"] / 1e3 / r["steps"] for r in mine]
             path[a] = statistics.median(ms)
             cell = f"{a} {path[a]:.3f} [{min(ms):.3f}-{max(ms):.3f}] ({len(ms)})"
+            steady = [statistics.median(r["step_driver_us"][warm_up(r["steps"]):]) / 1e3 for r in mine
+                      if len(r.get("step_driver_us", ())) == r["steps"]]
+            if steady:
+                cell += f", after warm-up {statistics.median(steady):.3f} ({len(steady)})"
             if statistics.median(helper):
                 cell += f", helper {statistics.median(helper):.3f}"
             parts.append(cell)
@@ -499,7 +518,8 @@ def path_table(rows, workloads):
             lines.append(f"  {w:10s} " + "; ".join(parts) + (f" (over off: {', '.join(extra)})" if extra else ""))
     if lines:
         print("\nxsalloc on the allocating threads: driver calls and lock waits, ms a step over all steps, "
-              "median [min-max] (n runs); over off: the extra in % of off's median step")
+              "median [min-max] (n runs); after warm-up: the driver calls' median step, median of the runs; "
+              "over off: the extra in % of off's median step")
         print("\n".join(lines))
 
 
