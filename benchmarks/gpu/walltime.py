@@ -40,7 +40,10 @@ and against xsalloc with decay and the helper off, and the same ratios
 taken round by round (a run against the runs of its own round) with
 their median, min and max, and torch expandable against torch native
 round by round: the method's own spread, what a ratio must beat to mean
-anything. Since that spread is larger than 2% on these hosts, an xsalloc
+anything; and each variant against each torch allocator apart, beside
+how far taking the faster of a round's two torch runs lowers that
+comparator (with runs this noisy, the faster of two is lower than either
+allocator's typical run). Since that spread is larger than 2% on these hosts, an xsalloc
 child also times its driver calls (two clock reads a call) and the table
 gives what xsalloc itself spent on the allocating threads a step (driver
 calls, the helper thread's counted apart, and waits for the device's
@@ -485,6 +488,36 @@ def paired_ratios(rows, workloads):
     if spread:
         print("\nThe method's own spread: torch expandable / native, round by round, median [min-max] (n rounds)")
         print("\n".join(spread))
+    torch_apart(by, workloads)
+
+
+def torch_apart(by, workloads):
+    """Each xsalloc variant against each torch allocator apart, round by round (median, n rounds), and what
+    taking the faster of two noisy torch runs does to the comparator: the mean of a round's two over its
+    faster, median [min-max]. Where that pick lowers the comparator by as much as the gap judged, the
+    ratios against each allocator tell more than the ratio against the faster."""
+    lines = []
+    for w in workloads:
+        both = sorted(rnd for (rnd, ww, aa) in by if ww == w and aa == "native" and (rnd, w, "expandable") in by)
+        if not both:
+            continue
+        parts = []
+        for a in XSALLOCS:
+            cell = []
+            for t in TORCH:
+                v = [by[rnd, w, a] / by[rnd, w, t] for rnd in both if (rnd, w, a) in by]
+                if v:
+                    cell.append(f"{statistics.median(v):.3f}x {t} ({len(v)})")
+            if cell:
+                parts.append(f"{a} " + ", ".join(cell))
+        pick = [(by[rnd, w, "native"] + by[rnd, w, "expandable"]) / 2 / min(by[rnd, w, t] for t in TORCH)
+                for rnd in both]
+        lines.append(f"  {w:10s} " + "; ".join(parts + [f"the pick {statistics.median(pick):.3f} "
+                                                          f"[{min(pick):.3f}-{max(pick):.3f}] ({len(pick)})"]))
+    if lines:
+        print("\nAgainst each torch allocator apart, round by round, median (n rounds); the pick: a round's mean "
+              "of torch's two over the faster, median [min-max] (n rounds)")
+        print("\n".join(lines))
 
 
 def path_table(rows, workloads):

@@ -425,6 +425,18 @@ class TableTest(unittest.TestCase):
         self.assertEqual(blocks["Peak reserved / peak allocated, median of the runs [min-max]"],
                          ["  resnet     native 1.100 [1.100-1.100]"])
 
+    def test_against_each_torch_allocator_and_what_the_faster_pick_does(self):
+        rows = [row(1, "resnet", "native", 10), row(1, "resnet", "expandable", 11), row(1, "resnet", "xsalloc_decay", 11),
+                row(2, "resnet", "native", 12), row(2, "resnet", "expandable", 9),
+                row(2, "resnet", "xsalloc_decay", 10.8),
+                row(3, "resnet", "native", 10), row(3, "resnet", "xsalloc_decay", 50),  # expandable missing: left out
+                row(1, "moe", "native", 10), row(1, "moe", "xsalloc_decay", 11)]  # no expandable at all: no line
+        blocks = self.blocks(self.table(rows)[0])
+        # decay / native 1.1 and 0.9, / expandable 1.0 and 1.2; the pick (10 + 11) / 2 / 10 and (12 + 9) / 2 / 9.
+        self.assertEqual(blocks["Against each torch allocator apart, round by round, median (n rounds); the pick: a "
+                                "round's mean of torch's two over the faster, median [min-max] (n rounds)"], [
+            "  resnet     xsalloc_decay 1.000x native (2), 1.100x expandable (2); the pick 1.108 [1.050-1.167] (2)"])
+
     def test_xsallocs_time_on_the_allocating_threads(self):
         def steps(driver_us, wait_us=None, helper_us=0):
             d = {"driver_us": driver_us, "helper_driver_us": helper_us}
