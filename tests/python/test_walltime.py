@@ -155,6 +155,12 @@ class ParentTest(RunFixture):
         self.assertIn("| gpt2_200   |", printed, "the table of the whole file comes last")
         self.assertIn("2 failed runs, e.g. resnet native: RuntimeError: boom", printed)
 
+    def test_without_allocs_every_allocator_but_the_roomy_one_runs(self):
+        _, rows = self.run_walltime("--rounds", "1", "--workloads", "resnet")
+        self.assertEqual(sorted(r["alloc"] for r in rows), sorted(set(walltime.ALLOCS) - {"xsalloc_roomy"}))
+        _, rows = self.run_walltime("--rounds", "1", "--workloads", "resnet", "--allocs", "xsalloc_roomy")
+        self.assertIn("xsalloc_roomy", [r["alloc"] for r in rows], "asked for, it runs")
+
     def test_budget_stops_launching_and_the_next_call_goes_on(self):
         # Each child ends at once; each turn of the loop sleeps 0.2 s: launches at 0, 0.2 and 0.4 s.
         printed, rows = self.run_walltime("--rounds", "3", "--workloads", "resnet", "--allocs", "native,xsalloc",
@@ -668,7 +674,8 @@ class ChildTest(unittest.TestCase):
         self.assertAlmostEqual(res["median_step_s"], 0.015)
         for alloc, conf in (("xsalloc_off", "helper_thread:False"),
                             ("xsalloc_decay", "helper_thread:True,page_decay_ms:500"),
-                            ("xsalloc_helper", "helper_thread:True,page_decay_ms:0")):
+                            ("xsalloc_helper", "helper_thread:True,page_decay_ms:0"),
+                            ("xsalloc_roomy", "helper_thread:False,page_recycling_headroom:0.08")):
             self.used = []
             self.assertEqual(self.run_child(alloc)["xsalloc_steps"]["mem_map"], 4)
             self.assertEqual(self.used, [conf])
