@@ -43,8 +43,9 @@ round by round: the method's own spread, what a ratio must beat to mean
 anything; and each variant against each torch allocator apart, beside
 how far taking the faster of a round's two torch runs lowers that
 comparator (with runs this noisy, the faster of two is lower than either
-allocator's typical run). Since that spread is larger than 2% on these hosts, an xsalloc
-child also times its driver calls (two clock reads a call) and the table
+allocator's typical run). Since that spread is larger than 2% on these
+hosts, an xsalloc child also times its driver calls (two clock reads a
+call) and the table
 gives what xsalloc itself spent on the allocating threads a step (driver
 calls, the helper thread's counted apart, and waits for the device's
 lock), so a variant's cost over xsalloc_off is measured where the
@@ -113,6 +114,7 @@ ALLOCS = {
     "xsalloc_decay": (None, "helper_thread:True,page_decay_ms:500", True),
     "xsalloc_roomy": (None, "helper_thread:False,page_recycling_headroom:0.08", True),
 }
+ON_REQUEST = ("xsalloc_roomy",)  # left out of run's default --allocs
 TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held against
 XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_roomy", "xsalloc_off")
 AB_MODES = ("xsalloc_off", "xsalloc_decay")  # child --alternate: the settings it switches between, ABBA
@@ -153,16 +155,15 @@ def child(args):
 
     events, cpu_ends, counts, modes, step_path = [], [], {}, [], []
 
-    def xsalloc_counts():  # driver calls, their microseconds (the allocating threads', the helper's), pages so far
+    def xsalloc_counts(entries):  # driver calls, their microseconds (the allocating threads', the helper's), pages
         stats = xsalloc.torch.memory_stats()
-        entries = xsalloc.driver_calls()
         calls = {k: v[0] for k, v in entries.items()}
         calls["driver_us"] = round(path_us(entries))
         calls["helper_driver_us"] = round(sum(v[3] for v in entries.values()))
         return {**calls, **{k: stats[k] for k in XSALLOC_STEP_STATS}}
 
-    def path_us(entries=None):  # microseconds of driver calls on the allocating threads so far
-        return sum(v[1] - v[3] for v in (entries or xsalloc.driver_calls()).values())
+    def path_us(entries):  # microseconds of driver calls on the allocating threads so far
+        return sum(v[1] - v[3] for v in entries.values())
 
     def timed_steps(steps, step):  # real_workloads' own, with an event after every step
         torch.cuda.synchronize()
@@ -170,8 +171,9 @@ def child(args):
         counts["threads_before"] = thread_cpu()
         if use_xsalloc:
             xsalloc.time_driver_calls(True)  # two clock reads a driver call (microseconds each)
-            counts["before"] = xsalloc_counts()
-            step_path.append(path_us())
+            entries = xsalloc.driver_calls()
+            counts["before"] = xsalloc_counts(entries)
+            step_path.append(path_us(entries))
         start = torch.cuda.Event(enable_timing=True)
         start.record()
         t0 = time.perf_counter()
@@ -187,13 +189,13 @@ def child(args):
             events.append(e)
             cpu_ends.append(time.perf_counter() - t0)
             if use_xsalloc:  # 15 us a read (simulated driver, 9 entry points), after the step's end was taken
-                step_path.append(path_us())
+                step_path.append(path_us(xsalloc.driver_calls()))
         torch.cuda.synchronize()
         events.insert(0, start)
         wall = time.perf_counter() - t0
         counts["threads_after"] = thread_cpu()
         if use_xsalloc:
-            counts["after"] = xsalloc_counts()
+            counts["after"] = xsalloc_counts(xsalloc.driver_calls())
         return {"wall_s": wall, "steady_s": wall}
 
     real_workloads.timed_steps = timed_steps
@@ -627,7 +629,7 @@ def main(argv):
     p.add_argument("--rounds", type=int, default=8, help="rounds wanted in the results file (8)")
     p.add_argument("--results", default="walltime_results.jsonl", help="JSON lines, appended to (walltime_results.jsonl)")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--allocs", default=",".join(a for a in ALLOCS if a != "xsalloc_roomy"))
+    p.add_argument("--allocs", default=",".join(a for a in ALLOCS if a not in ON_REQUEST))
     p.add_argument("--budget-s", type=float, default=540, help="no child is launched after this (540)")
     p.add_argument("--timeout", type=float, default=240, help="seconds a child may run (240)")
     p.add_argument("--gpus", type=int, default=1, help="children at once, one a GPU (1: one at a time)")

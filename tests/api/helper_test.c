@@ -10,8 +10,9 @@
  * and it runs beside threads that allocate (the TSan build checks the
  * locking); a call that slept for the device's lock shows in the
  * statistics (num_device_lock_waits, device_lock_wait_us) until they are
- * reset; the helper's driver calls are counted apart from the callers'. Cases on the thread wait on real time (with generous limits);
- * the failure cases use the helper's manual mode and a clock of their own.
+ * reset; the helper's driver calls are counted apart from the callers'.
+ * Cases on the thread wait on real time (with generous limits); the
+ * failure cases use the helper's manual mode and a clock of their own.
  */
 #include <dirent.h>
 #include <pthread.h>
