@@ -487,14 +487,18 @@ def paired_ratios(rows, workloads):
         print("\n".join(lines))
     spread = []
     for w in workloads:  # two allocators xsalloc is not: what the method reads between runs of one kind
-        v = [by[rnd, w, "expandable"] / by[rnd, w, "native"] for rnd in sorted({k[0] for k in by})
-             if (rnd, w, "expandable") in by and (rnd, w, "native") in by]
+        v = [by[rnd, w, "expandable"] / by[rnd, w, "native"] for rnd in torch_rounds(by, w)]
         if v:
             spread.append(f"  {w:10s} {statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}] ({len(v)})")
     if spread:
         print("\nThe method's own spread: torch expandable / native, round by round, median [min-max] (n rounds)")
         print("\n".join(spread))
     torch_apart(by, workloads)
+
+
+def torch_rounds(by, w):
+    """The rounds of workload w in which every torch allocator ran, in order."""
+    return sorted({rnd for (rnd, ww, _) in by if ww == w and all((rnd, w, t) in by for t in TORCH)})
 
 
 def torch_apart(by, workloads):
@@ -504,7 +508,7 @@ def torch_apart(by, workloads):
     ratios against each allocator tell more than the ratio against the faster."""
     lines = []
     for w in workloads:
-        both = sorted(rnd for (rnd, ww, aa) in by if ww == w and aa == "native" and (rnd, w, "expandable") in by)
+        both = torch_rounds(by, w)
         if not both:
             continue
         parts = []
@@ -516,8 +520,7 @@ def torch_apart(by, workloads):
                     cell.append(f"{statistics.median(v):.3f}x {t} ({len(v)})")
             if cell:
                 parts.append(f"{a} " + ", ".join(cell))
-        pick = [(by[rnd, w, "native"] + by[rnd, w, "expandable"]) / 2 / min(by[rnd, w, t] for t in TORCH)
-                for rnd in both]
+        pick = [sum(by[rnd, w, t] for t in TORCH) / len(TORCH) / min(by[rnd, w, t] for t in TORCH) for rnd in both]
         lines.append(f"  {w:10s} " + "; ".join(parts + [f"the pick {statistics.median(pick):.3f} "
                                                           f"[{min(pick):.3f}-{max(pick):.3f}] ({len(pick)})"]))
     if lines:
