@@ -40,7 +40,8 @@ and against xsalloc with decay and the helper off, and the same ratios
 taken round by round (a run against the runs of its own round) with
 their median, min and max, and torch expandable against torch native
 round by round: the method's own spread, what a ratio must beat to mean
-anything; and each variant against each torch allocator apart, beside
+anything; the same pairs summed up as a geometric mean with a bootstrap
+interval (walltime_stats.py), per workload and over all; and each variant against each torch allocator apart, beside
 how far taking the faster of a round's two torch runs lowers that
 comparator (with runs this noisy, the faster of two is lower than either
 allocator's typical run). Since that spread is larger than 2% on these
@@ -91,6 +92,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import walltime_stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -493,7 +496,30 @@ def paired_ratios(rows, workloads):
     if spread:
         print("\nThe method's own spread: torch expandable / native, round by round, median [min-max] (n rounds)")
         print("\n".join(spread))
+    paired_intervals(by, workloads)
     torch_apart(by, workloads)
+
+
+def paired_intervals(by, workloads):
+    """Each xsalloc variant against xsalloc_off, and torch expandable against native (the method's check),
+    round by round, as walltime_stats sums them up: per workload and over all of them together."""
+    pairs = [(a, "xsalloc_off", f"{a} / off") for a in XSALLOCS if a != "xsalloc_off"] + [
+        ("expandable", "native", "expandable / native")]
+    ratios = {(w, a, b): [by[rnd, w, a] / by[rnd, w, b] for rnd in sorted({k[0] for k in by})
+                          if (rnd, w, a) in by and (rnd, w, b) in by] for w in workloads for a, b, _ in pairs}
+    lines = []
+    for w in workloads + [None]:
+        parts = []
+        for a, b, name in pairs:
+            groups = [ratios[ww, a, b] for ww in ([w] if w else workloads)]
+            if any(groups):
+                parts.append(f"{name} {walltime_stats.cell(groups)}")
+        if parts:
+            lines.append(f"  {w or 'all':10s} " + "; ".join(parts))
+    if lines and any(ratios[k] for k in ratios if k[1] != "expandable"):
+        print("\nPaired, round by round: the geometric mean of the rounds' ratios [95% bootstrap interval] "
+              "(rounds above 1 / rounds); all: every workload's rounds together")
+        print("\n".join(lines))
 
 
 def torch_rounds(by, w):

@@ -34,6 +34,7 @@ from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "gpu"))
 import walltime  # noqa: E402
+import walltime_stats  # noqa: E402
 import xsalloc  # noqa: E402
 import xsalloc.torch  # noqa: E402
 
@@ -443,6 +444,37 @@ class TableTest(unittest.TestCase):
         self.assertEqual(blocks["Against each torch allocator apart, round by round, median (n rounds); the pick: a "
                                 "round's mean of torch's two over the faster, median [min-max] (n rounds)"], [
             "  resnet     xsalloc_decay 1.000x native (2), 1.100x expandable (2); the pick 1.108 [1.050-1.167] (2)"])
+
+    def test_paired_geometric_means_and_their_intervals(self):
+        rows = [row(1, "resnet", "xsalloc_off", 10), row(1, "resnet", "xsalloc_decay", 11),
+                row(2, "resnet", "xsalloc_off", 20), row(2, "resnet", "xsalloc_decay", 22),
+                row(1, "gpt2_200", "xsalloc_off", 10), row(1, "gpt2_200", "xsalloc_decay", 12),
+                row(2, "gpt2_200", "xsalloc_off", 12), row(2, "gpt2_200", "xsalloc_decay", 10),
+                row(3, "gpt2_200", "xsalloc_decay", 10),  # no off in round 3: no pair
+                row(1, "gpt2_200", "native", 10), row(1, "gpt2_200", "expandable", 10),
+                row(2, "gpt2_200", "native", 10), row(2, "gpt2_200", "expandable", 12)]
+        blocks = self.blocks(self.table(rows)[0])
+        # resnet: 1.1 twice, no spread. gpt2_200: 1.2 and 1/1.2, geometric mean 1; a redraw takes both high or both
+        # low a quarter of the time each, so the 95% interval is their ends. All: (1.1^2 x 1)^(1/4) = 1.049,
+        # between (1.1/1.2)^(1/2) and (1.1 x 1.2)^(1/2). Expandable / native: 1 and 1.2 in gpt2_200.
+        self.assertEqual(blocks["Paired, round by round: the geometric mean of the rounds' ratios [95% bootstrap "
+                                "interval] (rounds above 1 / rounds); all: every workload's rounds together"], [
+            "  gpt2_200   xsalloc_decay / off 1.000 [0.833-1.200] (1/2); expandable / native 1.095 [1.000-1.200] (1/2)",
+            "  resnet     xsalloc_decay / off 1.100 [1.100-1.100] (2/2)",
+            "  all        xsalloc_decay / off 1.049 [0.957-1.149] (3/4); expandable / native 1.095 [1.000-1.200] (1/2)"])
+        # torch alone: nothing of xsalloc to judge, no block
+        blocks = self.blocks(self.table(rows[-4:])[0])
+        self.assertFalse([b for b in blocks if b.startswith("Paired")])
+
+    def test_paired_refuses_nothing_and_its_interval_holds_the_mean(self):
+        with self.assertRaises(ValueError):
+            walltime_stats.paired([[], []])
+        ratios = [1.01, 0.97, 1.08, 1.02, 0.99, 1.05, 1.03, 0.96]
+        g, low, high, above, n = walltime_stats.paired([ratios])
+        self.assertAlmostEqual(g, walltime_stats.geomean(ratios))
+        self.assertTrue(min(ratios) < low < g < high < max(ratios), (low, g, high))
+        self.assertEqual((above, n), (5, 8))
+        self.assertEqual(walltime_stats.paired([ratios]), walltime_stats.paired([ratios]))  # seeded: one reading
 
     def test_xsallocs_time_on_the_allocating_threads(self):
         def steps(driver_us, wait_us=None, helper_us=0):
