@@ -41,8 +41,8 @@ taken round by round (a run against the runs of its own round) with
 their median, min and max, and torch expandable against torch native
 round by round: the method's own spread, what a ratio must beat to mean
 anything; the same pairs summed up as a geometric mean with a bootstrap
-interval (walltime_stats.py), per workload and over all; and each variant against each torch allocator apart, beside
-how far taking the faster of a round's two torch runs lowers that
+interval (walltime_stats.py), per workload and over all; and each
+variant against each torch allocator apart, beside how far taking the faster of a round's two torch runs lowers that
 comparator (with runs this noisy, the faster of two is lower than either
 allocator's typical run). Since that spread is larger than 2% on these
 hosts, an xsalloc child also times its driver calls (two clock reads a
@@ -475,8 +475,7 @@ def paired_ratios(rows, workloads):
             rounds = sorted({rnd for (rnd, ww, aa) in by if ww == w and aa == a})
             vs_torch = [by[rnd, w, a] / min(by[rnd, w, t] for t in TORCH if (rnd, w, t) in by)
                         for rnd in rounds if any((rnd, w, t) in by for t in TORCH)]
-            vs_off = [by[rnd, w, a] / by[rnd, w, "xsalloc_off"] for rnd in rounds
-                      if a != "xsalloc_off" and (rnd, w, "xsalloc_off") in by]
+            vs_off = round_ratios(by, w, a, "xsalloc_off") if a != "xsalloc_off" else []
             cell = []
             for name, v in (("torch", vs_torch), ("off", vs_off)):
                 if v:
@@ -490,7 +489,7 @@ def paired_ratios(rows, workloads):
         print("\n".join(lines))
     spread = []
     for w in workloads:  # two allocators xsalloc is not: what the method reads between runs of one kind
-        v = [by[rnd, w, "expandable"] / by[rnd, w, "native"] for rnd in torch_rounds(by, w)]
+        v = round_ratios(by, w, "expandable", "native")
         if v:
             spread.append(f"  {w:10s} {statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}] ({len(v)})")
     if spread:
@@ -505,8 +504,7 @@ def paired_intervals(by, workloads):
     round by round, as walltime_stats sums them up: per workload and over all of them together."""
     pairs = [(a, "xsalloc_off", f"{a} / off") for a in XSALLOCS if a != "xsalloc_off"] + [
         ("expandable", "native", "expandable / native")]
-    ratios = {(w, a, b): [by[rnd, w, a] / by[rnd, w, b] for rnd in sorted({k[0] for k in by})
-                          if (rnd, w, a) in by and (rnd, w, b) in by] for w in workloads for a, b, _ in pairs}
+    ratios = {(w, a, b): round_ratios(by, w, a, b) for w in workloads for a, b, _ in pairs}
     lines = []
     for w in workloads + [None]:
         parts = []
@@ -520,6 +518,12 @@ def paired_intervals(by, workloads):
         print("\nPaired, round by round: the geometric mean of the rounds' ratios [95% bootstrap interval] "
               "(rounds above 1 / rounds); all: every workload's rounds together")
         print("\n".join(lines))
+
+
+def round_ratios(by, w, a, b):
+    """Workload w's a / b in each round where both ran, in round order."""
+    return [by[rnd, w, a] / by[rnd, w, b] for rnd in sorted({k[0] for k in by if k[1] == w})
+            if (rnd, w, a) in by and (rnd, w, b) in by]
 
 
 def torch_rounds(by, w):

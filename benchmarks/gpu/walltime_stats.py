@@ -21,10 +21,6 @@ DRAWS = 4000
 SEED = 20261129
 
 
-def geomean(ratios):
-    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-
-
 def paired(groups, draws=DRAWS, seed=SEED):
     """groups: lists of per-round ratios (one list a workload). Returns (geometric mean over all ratios, the
     interval's low, its high, how many ratios are above 1, how many there are)."""
@@ -40,6 +36,6 @@ def paired(groups, draws=DRAWS, seed=SEED):
 
 
 def cell(groups):
-    """paired() as the tables print it: '1.054 [1.014-1.097] (7/8)'."""
+    """paired() as the tables print it: '1.054 [1.014-1.098] (7/8)'."""
     g, low, high, above, n = paired(groups)
     return f"{g:.3f} [{low:.3f}-{high:.3f}] ({above}/{n})"
