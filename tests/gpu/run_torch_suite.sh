@@ -14,7 +14,8 @@
 # may fail for what an earlier one left, as test_host_memory_stats does
 # after another test allocated pinned memory).
 #   bash tests/gpu/run_torch_suite.sh [-k PATTERN ...]
-#   env: PYTHON (the python3 with torch), MODES (default "torch torch_expandable default norec classic"),
+#   env: PYTHON (the python3 with torch), MODES (default "torch torch_expandable default norec classic";
+#        "decay" as well: helper_thread:True,page_decay_ms:500),
 #        CLASSES (default "TestCuda TestMemPool TestBlockStateAbsorption TestCudaOptims"),
 #        PARALLEL=1, OUT=DIR (kept; default a temporary folder), XSALLOC_LIBRARY (a built library),
 #        TEST_TIMEOUT (seconds a test may take before it counts as a crash; default 600)

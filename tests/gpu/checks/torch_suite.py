@@ -22,7 +22,9 @@ Modes (the allocator is chosen before anything touches CUDA):
   default           xsalloc, its defaults (expandable, page recycling)
   norec             xsalloc, page_recycling:False
   classic           xsalloc, expandable_segments:False
-In the expandable modes (torch_expandable, default, norec) the tests'
+  decay             xsalloc, helper_thread:True,page_decay_ms:500 (the
+                    settings decay would have on by default)
+In the expandable modes (torch_expandable, default, norec, decay) the tests'
 `expandable_segments` property is True, as PyTorch's own
 test_cuda_expandable_segments.py sets it.
 
@@ -41,9 +43,14 @@ import time
 import types
 import unittest
 
-XSALLOC_CONF = {"default": "", "norec": "page_recycling:False", "classic": "expandable_segments:False"}
-EXPANDABLE_MODES = ("torch_expandable", "default", "norec")
-MODES = ("torch", "torch_expandable", "default", "norec", "classic")
+XSALLOC_CONF = {
+    "default": "",
+    "norec": "page_recycling:False",
+    "classic": "expandable_segments:False",
+    "decay": "helper_thread:True,page_decay_ms:500",
+}
+EXPANDABLE_MODES = ("torch_expandable", "default", "norec", "decay")
+MODES = ("torch", "torch_expandable", "default", "norec", "classic", "decay")
 CLASSES = ("TestCuda", "TestMemPool", "TestBlockStateAbsorption", "TestCudaOptims")
 
 
