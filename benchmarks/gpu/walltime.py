@@ -29,7 +29,10 @@ order: the allocators of one workload and round run side by side, and
 which GPU each gets changes from round to round; each result names its
 GPU. Each result also holds the run's start-up (import_s: process start
 to torch imported; setup_s: to its first step), which the table's
-start-up line sums up: the device time a run spends besides its steps.
+start-up line sums up: the device time a run spends besides its steps;
+and the `run` call that launched it (call: when that call began, UTC),
+since rounds of one call lean together and the table shows each call's
+ratios apart.
 Before any run it refuses --gpus beyond the machine's GPUs and a
 results file from another kind of card, and it stops launching after
 runs fail in a row (twice --gpus, at least 4). `table` prints, one table
@@ -86,6 +89,7 @@ side-stream data loader, 24 and 200 steps), llama_gen (Llama generation,
 """
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -316,8 +320,9 @@ def start_child(job, gpu, tmp_dir, block=None, cpus=None):
     return {"job": job, "gpu": gpu, "out": out, "proc": proc, "t0": time.monotonic()}
 
 
-def finish_child(c, results, start, timeout):
-    """Collects a child that exited (or kills one past `timeout`): one JSON line in results."""
+def finish_child(c, results, start, timeout, call):
+    """Collects a child that exited (or kills one past `timeout`): one JSON line in results, naming the `run`
+    call that launched it (when the call began, UTC)."""
     rnd, w, a = c["job"]
     if c["proc"].poll() is None:
         c["proc"].kill()
@@ -328,7 +333,7 @@ def finish_child(c, results, start, timeout):
             stderr = f.read().strip().splitlines()
         err = None if c["proc"].returncode == 0 else (stderr or ["no output"])[-1][:300]
     os.remove(c["out"] + ".err")
-    rec = {"round": rnd, "workload": w, "alloc": a, "child_s": round(time.monotonic() - c["t0"], 1)}
+    rec = {"round": rnd, "workload": w, "alloc": a, "call": call, "child_s": round(time.monotonic() - c["t0"], 1)}
     if c["gpu"] is not None:
         rec["gpu"] = c["gpu"]
     try:
@@ -410,6 +415,7 @@ def run(args):
     # With --gpus N, N children at once, one a GPU: the allocators of one
     # workload and round run side by side, on GPUs that change every round.
     start, running, free = time.monotonic(), [], list(range(args.gpus)) if args.gpus > 1 else [None]
+    call = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
     cpus = {g: gpu_cpus(g or 0) for g in free} if args.pin else {}
     if any(c is None for c in cpus.values()):
         sys.exit(f"walltime: --pin: the CPUs local to GPU(s) {[g or 0 for g, c in cpus.items() if c is None]} "
@@ -427,7 +433,7 @@ def run(args):
             jobs = []
         time.sleep(0.2)
         for c in [c for c in running if c["proc"].poll() is not None or time.monotonic() - c["t0"] > args.timeout]:
-            failures = 0 if finish_child(c, args.results, start, args.timeout) else failures + 1
+            failures = 0 if finish_child(c, args.results, start, args.timeout, call) else failures + 1
             running.remove(c)
             free.append(c["gpu"])
         if failures >= max(4, 2 * args.gpus) and jobs:  # the machine, not a run: device time is scarce
@@ -496,6 +502,7 @@ def paired_ratios(rows, workloads):
         print("\nThe method's own spread: torch expandable / native, round by round, median [min-max] (n rounds)")
         print("\n".join(spread))
     paired_intervals(by, workloads)
+    call_means(rows, workloads)
     torch_apart(by, workloads)
 
 
@@ -517,6 +524,36 @@ def paired_intervals(by, workloads):
     if lines and any(ratios[k] for k in ratios if k[1] != "expandable"):
         print("\nPaired, round by round: the geometric mean of the rounds' ratios [95% bootstrap interval] "
               "(rounds above 1 / rounds); all: every workload's rounds together")
+        print("\n".join(lines))
+
+
+def call_means(rows, workloads):
+    """Each xsalloc variant against xsalloc_off, call by call: the geometric mean of the ratios of the rounds
+    each `run` call finished (a round split over two calls counts in the later). Rounds of one call lean
+    together (the host's state lasts longer than a round), so the bootstrap, which draws rounds as if
+    independent, can be narrower than the spread between calls shown here. Only where a pair spans calls."""
+    last, first = {}, {}  # the run's (place in the file, call, step) / each call's first place: rows come in
+    for i, r in enumerate(rows):  # the order they were written
+        if r.get("call"):
+            last[r["round"], r["workload"], r["alloc"]] = (i, r["call"], r["median_step_s"])
+            first.setdefault(r["call"], i)
+    lines = []
+    for w in workloads:
+        parts = []
+        for a in [a for a in XSALLOCS if a != "xsalloc_off"]:
+            calls = {}
+            for rnd in sorted({k[0] for k in last if k[1] == w}):
+                if (rnd, w, a) in last and (rnd, w, "xsalloc_off") in last:
+                    x, off = last[rnd, w, a], last[rnd, w, "xsalloc_off"]
+                    calls.setdefault(max(x, off)[1], []).append(x[2] / off[2])
+            if len(calls) > 1:
+                parts.append(f"{a} / off " + ", ".join(f"{statistics.geometric_mean(v):.3f} ({len(v)})"
+                                                       for _, v in sorted(calls.items(), key=lambda c: first[c[0]])))
+        if parts:
+            lines.append(f"  {w:10s} " + "; ".join(parts))
+    if lines:
+        print("\nPaired, call by call: the geometric mean of the rounds' ratios of each walltime.py run call, "
+              "in the calls' order (n rounds)")
         print("\n".join(lines))
 
 

@@ -172,6 +172,11 @@ class ParentTest(RunFixture):
         self.assertEqual([(r["round"], r["alloc"]) for r in rows[3:]], [(2, "xsalloc"), (3, "xsalloc"), (3, "native")])
         self.assertNotIn("budget", printed)
         self.assertEqual(len(self.launched), 6)
+        calls = [r["call"] for r in rows]  # each run names the call that launched it: two calls, two names
+        self.assertEqual(len(set(calls[:3])), 1)
+        self.assertEqual(len(set(calls[3:])), 1)
+        self.assertNotEqual(calls[0], calls[3])
+        self.assertRegex(calls[0], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$")
 
     def test_failed_runs_are_recorded_and_a_streak_stops_launching(self):
         script = ["fail", "hang", "silent", "ok", "noresult", "fail", "fail", "fail"]

@@ -142,6 +142,26 @@ class TableTest(unittest.TestCase):
         blocks = self.blocks(self.table(rows[-4:])[0])
         self.assertFalse([b for b in blocks if b.startswith("Paired")])
 
+    def test_paired_call_by_call(self):
+        def r(rnd, alloc, ms, call, w="gpt2_200"):
+            return row(rnd, w, alloc, ms, call=call)
+        rows = [r(1, "xsalloc_off", 10, "A"), r(1, "xsalloc_decay", 11, "A"),
+                r(2, "xsalloc_decay", 9, "A"), r(2, "xsalloc_off", 10, "A"),
+                r(3, "xsalloc_off", 10, "A"),  # round 3 split: it counts in B, the call that finished it
+                r(3, "xsalloc_decay", 12, "B"), r(4, "xsalloc_decay", 10, "B"), r(4, "xsalloc_off", 12, "B"),
+                r(5, "xsalloc_decay", 10, "0"), r(5, "xsalloc_off", 10, "0"),  # named lower, written last: last
+                # resnet: decay / off in A, helper / off in B: one call a pair, no line
+                r(1, "xsalloc_decay", 11, "A", "resnet"), r(1, "xsalloc_off", 10, "A", "resnet"),
+                r(2, "xsalloc_helper", 10, "B", "resnet"), r(2, "xsalloc_off", 10, "B", "resnet")]
+        head = ("Paired, call by call: the geometric mean of the rounds' ratios of each walltime.py run call, in the "
+                "calls' order (n rounds)")
+        # A: 1.1 and 0.9, geometric mean 0.995; B: 1.2 and 10/12, geometric mean 1; the third: 1.
+        self.assertEqual(self.blocks(self.table(rows)[0])[head],
+                         ["  gpt2_200   xsalloc_decay / off 0.995 (2), 1.000 (2), 1.000 (1)"])
+        for x in rows:
+            del x["call"]  # runs from before calls were named: no block
+        self.assertNotIn(head, self.blocks(self.table(rows)[0]))
+
     def test_paired_refuses_nothing_and_its_interval_holds_the_mean(self):
         with self.assertRaises(ValueError):
             walltime_stats.paired([[], []])
