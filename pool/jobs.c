@@ -106,7 +106,11 @@ void xsa_pool_jobs_plan(xsa_pool *p, uint64_t now, xsa_pool_jobs *out) {
     for (size_t i = 0; i < n; i++) begin(p, add(out, XSA_JOB_DECAY, blocks[i]), XSA_SEG_JOB_UNMAP_RELEASE, 0);
     size_t chunk_pages[JOBS_PER_ROUND];
     n = helper ? xsa_ready_hold(p, blocks, chunk_pages, JOBS_PER_ROUND - out->n) : 0;
-    for (size_t i = 0; i < n; i++) begin(p, add(out, XSA_JOB_READY, blocks[i]), XSA_SEG_JOB_MAP_NEW, chunk_pages[i]);
+    for (size_t i = 0; i < n; i++) {
+        xsa_pool_job *j = add(out, XSA_JOB_READY, blocks[i]);
+        j->emptied = p->helper.emptied;
+        begin(p, j, XSA_SEG_JOB_MAP_NEW, chunk_pages[i]);
+    }
     if (failure != XSA_CU_SUCCESS) notice(p, "cuEventQuery/cuEventRecord (a fence of old pages)", failure);
     if (out->n == JOBS_PER_ROUND) p->helper.wanted = true; /* more may wait */
     p->helper.jobs += out->n;
@@ -128,7 +132,7 @@ void xsa_pool_jobs_commit(xsa_pool *p, xsa_pool_jobs *jobs) {
         switch (j->kind) {
         case XSA_JOB_RETIRE: xsa_recycle_retired(j->drain, j->seg.unmapped); break;
         case XSA_JOB_DECAY: xsa_decay_released(p, j->block, j->seg.unmapped); break;
-        case XSA_JOB_READY: xsa_ready_done(p, j->block, r == XSA_CU_SUCCESS); break;
+        case XSA_JOB_READY: xsa_ready_done(p, j->block, r == XSA_CU_SUCCESS, j->emptied != p->helper.emptied); break;
         }
         bool guess = j->kind == XSA_JOB_READY && r == XSA_CU_ERROR_OUT_OF_MEMORY;
         if (j->begun && r != XSA_CU_SUCCESS && !guess) notice(p, j->seg.call, r);

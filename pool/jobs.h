@@ -18,6 +18,7 @@ typedef struct xsa_pool_job {
     struct xsa_block *block;  /* the held block */
     struct xsa_drain *drain;  /* RETIRE: its drain */
     bool begun;               /* the segment job was prepared (else it failed to be, out of host memory) */
+    uint64_t emptied;         /* READY: the pool's count of caches given back when it was planned */
     xsa_segment_job seg;
 } xsa_pool_job;
 

@@ -30,6 +30,12 @@
  * by empty_cache, and with decay on (pool/decay.c) released again if no
  * request uses them. A readying that fails is dropped (an out-of-memory
  * quietly: it was a guess; the growth that needs the pages will say).
+ * Giving the cache back wins over readying: after empty_cache (or an
+ * out-of-memory's release of everything, or a pause) no readying is
+ * planned for a growth before it, and a job under way across it gives
+ * its pages back as one that would raise the peak does, so that reserved
+ * memory right after empty_cache is what the live blocks hold, as
+ * PyTorch's empty_cache promises, whenever the helper's round falls.
  */
 #include "pool/ready.h"
 
@@ -85,7 +91,7 @@ size_t xsa_ready_hold(xsa_pool *p, xsa_block **out, size_t *chunk_pages, size_t 
     return count;
 }
 
-void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped) {
+void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped, bool emptied) {
     xsa_seg *s = b->seg;
     b->held = false;
     s->held--;
@@ -93,12 +99,18 @@ void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped) {
         xsa_pages_merge_unmapped(p, b);
         return;
     }
-    /* A miss grew elsewhere while the job ran (the range was held): the
-     * pages are no longer below the peak, and go back to the driver. */
-    if ((int64_t)(p->reserved + b->size) > xsa_pool_reserved_high(p) && xsa_decay_give_back(p, b))
+    /* The cache was emptied while the job ran, or a miss grew elsewhere
+     * (the range was held) and the pages are no longer below the peak:
+     * they go back to the driver. */
+    if ((emptied || (int64_t)(p->reserved + b->size) > xsa_pool_reserved_high(p)) && xsa_decay_give_back(p, b))
         return;
     b->mapped = true;
     xsa_pages_account(p, s, 0, b->size / p->page_size, +1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);
     xsa_pages_return_free(p, b);
+}
+
+void xsa_ready_forget(xsa_pool *p) {
+    for (xsa_seg *s = p->segments; s; s = s->next_seg) s->grew_pages = 0;
+    p->helper.emptied++;
 }

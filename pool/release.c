@@ -37,6 +37,7 @@
 #include "pool/mempool.h"
 #include "pool/own_allocator.h"
 #include "pool/pages.h"
+#include "pool/ready.h"
 #include "pool/recycle.h"
 #include "pool/state.h"
 #include "pool/sweep.h"
@@ -129,6 +130,7 @@ xsa_pool_status xsa_release_mempool(xsa_pool *p, xsa_mempool *mp, char *err, siz
 }
 
 xsa_pool_status xsa_release_cached(xsa_pool *p, char *err, size_t errlen) {
+    xsa_ready_forget(p); /* no readying planned before this fills the cache again */
     xsa_cu_result r = xsa_events_synchronize(&p->events, xsa_pool_block_done, p);
     p->stats.num_sync_all_streams++;
     if (r != XSA_CU_SUCCESS) {

@@ -169,6 +169,7 @@ typedef struct xsa_pool_helper {
     bool wanted;               /* work is waiting for the next round (a growth's pages to ready, drains) */
     uint64_t polled;           /* the last round (the helper's clock, ns) */
     size_t jobs;               /* jobs planned and not yet committed */
+    uint64_t emptied;          /* cached memory given back so far (xsa_release_cached): a readying across one undoes */
     xsa_pool_status notice;    /* a helper job's failure for the next malloc or empty_cache; OK: none */
     char notice_msg[256];
 } xsa_pool_helper;

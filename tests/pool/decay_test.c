@@ -8,10 +8,10 @@
  * their memory once cuts were regretted twice, a single regret or pages
  * that age out later change nothing, a calm horizon halves), its fence
  * against work in flight (no unmap under a kernel, none during a
- * capture), readying pages where a growth ended, unmapping recycling's
- * old addresses off the allocation path, and each job's driver failure,
- * which leaves the pages as they were and reaches
- * the next malloc. Both invariant checkers run after every step.
+ * capture), unmapping recycling's old addresses off the allocation
+ * path, and each job's driver failure, which leaves the pages as they
+ * were and reaches the next malloc (readying pages: ready_test). Both
+ * invariant checkers run after every step.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,32 +48,19 @@ static void helper_recycling(xsa_pool_options *o) {
     o->page_recycling = true;
 }
 
-/* One round of the helper at `now` (plan, the driver calls, commit), as
- * api/helper.c runs it, then both checkers. */
-static void round_at(xsa_pool *p, uint64_t now) {
-    xsa_pool_jobs jobs;
-    xsa_pool_jobs_plan(p, now, &jobs);
-    check(p);
-    xsa_pool_jobs_run(&jobs);
-    xsa_pool_jobs_commit(p, &jobs);
-    check(p);
-}
-
 /* After a step at time t: the round of the helper's next tick if t has
  * reached it, then the stream's work completes. */
 static void round_if_due(xsa_pool *p, uint64_t t, uint64_t *next_tick) {
     if (t < *next_tick) return;
-    round_at(p, t);
+    helper_round(p, t);
     *next_tick += TICK;
     xsa_sim_complete_all();
 }
 
 /* Rounds at every tick from `from` to `to` (both included). */
 static void rounds(xsa_pool *p, uint64_t from, uint64_t to) {
-    for (uint64_t t = from; t <= to; t += TICK) round_at(p, t);
+    for (uint64_t t = from; t <= to; t += TICK) helper_round(p, t);
 }
-
-static int64_t reserved(xsa_pool *p) { return stats(p).reserved_bytes[XSA_STAT_ALL].current; }
 
 /* A 2 MiB block that stays, and 40 MiB used once and freed (an
  * evaluation's burst): 42 MiB reserved, 20 pages free. */
@@ -97,13 +84,13 @@ static void test_unused_pages_go_after_the_decay_time_not_before(void **state) {
      * from the high end, while reserved stays above 1.01 x 2 MiB: 19 of
      * the 20 pages. They are out of reserved at once, and released once
      * their fence has completed (the stream's work is queued until told). */
-    round_at(p, DECAY_MS * MS + TICK);
+    helper_round(p, DECAY_MS * MS + TICK);
     assert_int_equal(reserved(p), 4 * MiB);
     assert_int_equal(usage().handle_bytes, 42 * MiB);
-    round_at(p, DECAY_MS * MS + 2 * TICK);
+    helper_round(p, DECAY_MS * MS + 2 * TICK);
     assert_int_equal(usage().handle_bytes, 42 * MiB);
     xsa_sim_complete_all();
-    round_at(p, DECAY_MS * MS + 3 * TICK);
+    helper_round(p, DECAY_MS * MS + 3 * TICK);
     assert_int_equal(usage().handle_bytes, 4 * MiB);
     xsa_device_stats s = stats(p);
     assert_int_equal(s.num_pages_unmapped, 19);
@@ -485,8 +472,8 @@ static void test_no_unmap_under_work_in_flight(void **state) {
     assert_int_equal(reserved(p), 6 * MiB);
     assert_int_equal(usage().handle_bytes, 44 * MiB);
     xsa_sim_tick(1000);
-    round_at(p, DECAY_MS * MS + 5 * TICK);
-    round_at(p, DECAY_MS * MS + 6 * TICK);
+    helper_round(p, DECAY_MS * MS + 5 * TICK);
+    helper_round(p, DECAY_MS * MS + 6 * TICK);
     assert_int_equal(usage().handle_bytes, 6 * MiB);
     xsa_sim_violations v;
     xsa_sim_get_violations(&v);
@@ -506,16 +493,16 @@ static void test_nothing_goes_during_a_capture(void **state) {
     uint64_t queries = driver_calls(XSA_DRV_event_query), records = driver_calls(XSA_DRV_event_record);
     rounds(p, 0, 3 * DECAY_MS * MS);
     xsa_sim_complete_all();
-    round_at(p, 3 * DECAY_MS * MS + TICK);
+    helper_round(p, 3 * DECAY_MS * MS + TICK);
     /* No event was recorded or queried, nothing was taken or released. */
     assert_int_equal(driver_calls(XSA_DRV_event_query), queries);
     assert_int_equal(driver_calls(XSA_DRV_event_record), records);
     assert_int_equal(reserved(p), 42 * MiB);
     pool_end(p, graph);
     pool_drop(p, graph);
-    round_at(p, 3 * DECAY_MS * MS + 2 * TICK);
+    helper_round(p, 3 * DECAY_MS * MS + 2 * TICK);
     xsa_sim_complete_all();
-    round_at(p, 3 * DECAY_MS * MS + 3 * TICK);
+    helper_round(p, 3 * DECAY_MS * MS + 3 * TICK);
     assert_int_equal(usage().handle_bytes, 4 * MiB);
     release(p, params);
     teardown(p);
@@ -554,84 +541,13 @@ static void test_stats_peaks_stay_the_users(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, decay_on);
     void *params = params_and_burst(p);
-    round_at(p, 0); /* the tick reads the interval's peak and starts it again */
+    helper_round(p, 0); /* the tick reads the interval's peak and starts it again */
     assert_int_equal(stats(p).allocated_bytes[XSA_STAT_ALL].peak, 42 * MiB);
     xsa_pool_reset_peak_stats(p);
     assert_int_equal(stats(p).allocated_bytes[XSA_STAT_ALL].peak, 2 * MiB);
-    round_at(p, TICK);
+    helper_round(p, TICK);
     assert_int_equal(stats(p).allocated_bytes[XSA_STAT_ALL].peak, 2 * MiB);
     release(p, params);
-    teardown(p);
-}
-
-/* A burst of `bytes` on S0 sets the peak and empty_cache takes it back:
- * reserved memory is below its peak, where the helper readies pages. */
-static void burst_taken_back(xsa_pool *p, size_t bytes) {
-    release(p, alloc(p, bytes, S0));
-    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
-}
-
-static void test_pages_readied_where_a_growth_ended_below_the_peak(void **state) {
-    (void)state;
-    xsa_pool *p = make_pool(1 * GiB, true, helper_only);
-    /* Reserved at its peak: a growth's next pages are not readied. */
-    void *a = alloc(p, 2 * MiB, S0);
-    uint64_t creates = driver_calls(XSA_DRV_mem_create);
-    round_at(p, 0);
-    assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
-    /* Below the peak (a burst released), a growth of one page readies the
-     * next one: the next miss of the stream is a cache hit. The user's
-     * peak reset (torch.cuda.reset_peak_memory_stats every step, to log
-     * it) changes nothing: the peak is the highest ever. */
-    burst_taken_back(p, 20 * MiB);
-    xsa_pool_reset_peak_stats(p);
-    check(p);
-    assert_int_equal(reserved(p), 2 * MiB);
-    void *b = alloc(p, 2 * MiB, S0);
-    round_at(p, TICK);
-    assert_int_equal(reserved(p), 6 * MiB);
-    creates = driver_calls(XSA_DRV_mem_create);
-    void *c = alloc(p, 2 * MiB, S0);
-    assert_int_equal(driver_calls(XSA_DRV_mem_create), creates);
-    /* Readied pages are cached memory like any other. */
-    release(p, b);
-    release(p, c);
-    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
-    assert_int_equal(reserved(p), 2 * MiB);
-    release(p, a);
-    teardown(p);
-}
-
-static void test_readied_pages_a_growth_overtook_never_raise_the_peak(void **state) {
-    (void)state;
-    xsa_pool *p = make_pool(1 * GiB, true, helper_only);
-    /* a [0, 2) MiB stays; a 4 MiB burst sets the peak at 6, empty_cache
-     * takes it back; b's growth of one page is to be readied ahead. */
-    void *a = alloc(p, 2 * MiB, S0);
-    burst_taken_back(p, 4 * MiB);
-    void *b = alloc(p, 2 * MiB, S0);
-    assert_int_equal(reserved(p), 4 * MiB);
-    /* The helper holds the page after b and maps it outside the lock;
-     * meanwhile the stream misses again and grows elsewhere, to the peak. */
-    xsa_pool_jobs jobs;
-    xsa_pool_jobs_plan(p, 0, &jobs);
-    check(p);
-    assert_int_equal(jobs.n, 1);
-    void *c = alloc(p, 2 * MiB, S0);
-    assert_int_equal(reserved(p), 6 * MiB);
-    xsa_pool_jobs_run(&jobs);
-    xsa_pool_jobs_commit(p, &jobs);
-    check(p);
-    /* The readied page would raise the peak to 8 MiB: it goes back to the
-     * driver (by the next round, off the allocation path) instead. */
-    assert_int_equal(reserved(p), 6 * MiB);
-    assert_int_equal(stats(p).reserved_bytes[XSA_STAT_ALL].peak, 6 * MiB);
-    round_at(p, TICK);
-    assert_int_equal(usage().handle_bytes, 6 * MiB);
-    assert_int_equal(reserved(p), 6 * MiB);
-    release(p, c);
-    release(p, b);
-    release(p, a);
     teardown(p);
 }
 
@@ -648,10 +564,10 @@ static void test_old_addresses_are_unmapped_off_the_allocation_path(void **state
     assert_int_equal(stats(p).num_pages_recycled, 1);
     assert_int_equal(driver_calls(XSA_DRV_mem_unmap), unmaps);
     /* The helper unmaps the old address once its fence completed... */
-    round_at(p, 0);
+    helper_round(p, 0);
     assert_int_equal(driver_calls(XSA_DRV_mem_unmap), unmaps);
     xsa_sim_complete_all();
-    round_at(p, TICK);
+    helper_round(p, TICK);
     assert_int_equal(driver_calls(XSA_DRV_mem_unmap), unmaps + 1);
     assert_int_equal(usage().mapped_bytes, 12 * MiB);
     /* ... and the next growth takes the range back without a driver call
@@ -667,15 +583,6 @@ static void test_old_addresses_are_unmapped_off_the_allocation_path(void **state
 
 /* ---- failures ---- */
 
-/* The next malloc returns the helper's failure, once; the one after works. */
-static void expect_notice(xsa_pool *p, const char *call) {
-    void *ptr = NULL;
-    assert_int_equal(xsa_pool_malloc(p, 1000, S0, &ptr, err, sizeof err), XSA_POOL_DRIVER_ERROR);
-    if (!strstr(err, "helper thread") || !strstr(err, call)) fail_msg("the notice says: %s", err);
-    check(p);
-    release(p, alloc(p, 1000, S0));
-}
-
 static void test_a_failed_unmap_keeps_the_pages_and_reaches_the_next_malloc(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, decay_on);
@@ -683,16 +590,16 @@ static void test_a_failed_unmap_keeps_the_pages_and_reaches_the_next_malloc(void
     rounds(p, 0, DECAY_MS * MS + TICK);
     xsa_sim_complete_all();
     xsa_sim_fail_call(XSA_DRV_mem_unmap, 1, XSA_CU_ERROR_UNKNOWN);
-    round_at(p, DECAY_MS * MS + 2 * TICK);
+    helper_round(p, DECAY_MS * MS + 2 * TICK);
     /* The pages are cached memory again, reserved and mapped. */
     assert_int_equal(reserved(p), 42 * MiB);
     assert_int_equal(usage().handle_bytes, 42 * MiB);
-    expect_notice(p, "cuMemUnmap");
+    expect_helper_notice(p, "cuMemUnmap");
     /* Later rounds release them as usual (the stream's work completes
      * between them): first the burst's page that stayed, free and unused
      * the longest, then the rest once it has aged again. */
     for (uint64_t t = DECAY_MS * MS + 3 * TICK; t <= 3 * DECAY_MS * MS; t += TICK) {
-        round_at(p, t);
+        helper_round(p, t);
         xsa_sim_complete_all();
     }
     assert_true(usage().handle_bytes <= 6 * MiB);
@@ -707,35 +614,12 @@ static void test_a_failed_release_keeps_the_handle_for_later(void **state) {
     rounds(p, 0, DECAY_MS * MS + TICK);
     xsa_sim_complete_all();
     xsa_sim_fail_call(XSA_DRV_mem_release, 1, XSA_CU_ERROR_UNKNOWN);
-    round_at(p, DECAY_MS * MS + 2 * TICK);
+    helper_round(p, DECAY_MS * MS + 2 * TICK);
     /* Unmapped; one handle was kept, released by the segment later (the
      * teardown finds the driver empty). */
     assert_int_equal(usage().handle_bytes, 6 * MiB);
-    expect_notice(p, "cuMemRelease");
+    expect_helper_notice(p, "cuMemRelease");
     release(p, params);
-    teardown(p);
-}
-
-static void test_readying_that_fails_leaves_the_range_unmapped(void **state) {
-    (void)state;
-    xsa_pool *p = make_pool(1 * GiB, true, helper_only);
-    void *a = alloc(p, 2 * MiB, S0);
-    burst_taken_back(p, 20 * MiB);
-    /* Out of memory: a guess gone wrong, nobody is told (the next malloc,
-     * a growth, succeeds). */
-    void *b = alloc(p, 2 * MiB, S0);
-    xsa_sim_fail_call(XSA_DRV_mem_create, 1, XSA_CU_ERROR_OUT_OF_MEMORY);
-    round_at(p, 0);
-    assert_int_equal(reserved(p), 4 * MiB);
-    /* A refused map is told. */
-    void *c = alloc(p, 2 * MiB, S0);
-    xsa_sim_fail_call(XSA_DRV_mem_map, 1, XSA_CU_ERROR_UNKNOWN);
-    round_at(p, TICK);
-    assert_int_equal(reserved(p), 6 * MiB);
-    expect_notice(p, "cuMemMap");
-    release(p, c);
-    release(p, b);
-    release(p, a);
     teardown(p);
 }
 
@@ -760,12 +644,9 @@ int main(void) {
         cmocka_unit_test(test_empty_cache_releases_what_waits_for_its_fence),
         cmocka_unit_test(test_decay_off_or_helper_off_does_nothing),
         cmocka_unit_test(test_stats_peaks_stay_the_users),
-        cmocka_unit_test(test_pages_readied_where_a_growth_ended_below_the_peak),
-        cmocka_unit_test(test_readied_pages_a_growth_overtook_never_raise_the_peak),
         cmocka_unit_test(test_old_addresses_are_unmapped_off_the_allocation_path),
         cmocka_unit_test(test_a_failed_unmap_keeps_the_pages_and_reaches_the_next_malloc),
         cmocka_unit_test(test_a_failed_release_keeps_the_handle_for_later),
-        cmocka_unit_test(test_readying_that_fails_leaves_the_range_unmapped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

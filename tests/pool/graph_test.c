@@ -54,8 +54,6 @@ static size_t held_by(xsa_pool *p, xsa_mempool_id id) {
 
 #define ASSERT_POOL(p, ptr, id) assert_true(same(pool_of(p, ptr), id))
 
-static int64_t reserved(xsa_pool *p) { return stats(p).reserved_bytes[XSA_STAT_ALL].current; }
-
 /* ---- routing ---- */
 
 static void routing_by_filter(bool expandable) {

@@ -140,7 +140,6 @@ static xsa_mempool_id pool_of(xsa_pool *p, const void *ptr) {
     return id;
 }
 
-static int64_t reserved(xsa_pool *p) { return stats(p).reserved_bytes[XSA_STAT_ALL].current; }
 static int64_t allocated(xsa_pool *p) { return stats(p).allocated_bytes[XSA_STAT_ALL].current; }
 
 static void use_on(xsa_pool *p, void *ptr, void *stream) {
@@ -595,7 +594,6 @@ static void test_allocator_called_relaxed_during_capture(void **state) {
 }
 
 /* ---- refused calls ---- */
-
 
 static void test_bad_calls(void **state) {
     (void)state;

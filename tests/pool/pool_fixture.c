@@ -4,8 +4,11 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
+
+#include "pool/jobs.h"
 
 #include "tests/sim/sim_empty.h"
 
@@ -56,6 +59,25 @@ xsa_device_stats stats(xsa_pool *p) {
     xsa_device_stats s;
     xsa_pool_get_stats(p, &s);
     return s;
+}
+
+int64_t reserved(xsa_pool *p) { return stats(p).reserved_bytes[XSA_STAT_ALL].current; }
+
+void helper_round(xsa_pool *p, uint64_t now) {
+    xsa_pool_jobs jobs;
+    xsa_pool_jobs_plan(p, now, &jobs);
+    check(p);
+    xsa_pool_jobs_run(&jobs);
+    xsa_pool_jobs_commit(p, &jobs);
+    check(p);
+}
+
+void expect_helper_notice(xsa_pool *p, const char *call) {
+    void *ptr = NULL;
+    assert_int_equal(xsa_pool_malloc(p, 1000, S0, &ptr, err, sizeof err), XSA_POOL_DRIVER_ERROR);
+    if (!strstr(err, "helper thread") || !strstr(err, call)) fail_msg("the notice says: %s", err);
+    check(p);
+    release(p, alloc(p, 1000, S0));
 }
 
 xsa_sim_usage usage(void) {

@@ -1,6 +1,7 @@
 /*
  * pool_fixture: the pool-level tests' shared steps on the simulated driver
- * (pool_test, recycle_test, graph_test, checkpoint_test): a pool on a
+ * (pool_test, recycle_test, graph_test, checkpoint_test, decay_test,
+ * ready_test...): a pool on a
  * fresh simulated device, malloc and free and memory-pool routing that fail
  * the test on error, and the pool's and the simulated driver's invariant
  * checkers after every step.
@@ -41,6 +42,14 @@ void check(xsa_pool *p);
 void *alloc(xsa_pool *p, size_t size, void *stream);
 void release(xsa_pool *p, void *ptr);
 xsa_device_stats stats(xsa_pool *p);
+/* Reserved bytes now, all pools. */
+int64_t reserved(xsa_pool *p);
+/* One round of the helper thread at `now` of its clock (plan, the driver
+ * calls, commit), as api/helper.c runs it, then both checkers. */
+void helper_round(xsa_pool *p, uint64_t now);
+/* The next malloc returns the helper's failure, naming `call`, once; the
+ * one after works. */
+void expect_helper_notice(xsa_pool *p, const char *call);
 xsa_sim_usage usage(void);
 /* Calls made so far to one driver entry point. */
 uint64_t driver_calls(xsa_driver_entry e);
