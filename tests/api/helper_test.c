@@ -7,6 +7,8 @@
  * parent's runs on); settings at run time turn it and decay on and off
  * with config.c's rules; a failure of its driver calls reaches the next
  * xsa_malloc or xsa_empty_cache as an error, once, and nothing is lost;
+ * empty_cache leaves no readied pages in the cache, whenever the helper's
+ * round falls;
  * and it runs beside threads that allocate (the TSan build checks the
  * locking); a call that slept for the device's lock shows in the
  * statistics (num_device_lock_waits, device_lock_wait_us) until they are
@@ -322,6 +324,36 @@ static void test_shutdown_commits_a_deferred_job(void **state) {
     assert_int_equal(handle_bytes(), 0);
 }
 
+/* PyTorch's test_memory_stats' steps (allocate, free, empty_cache, then
+ * reserved memory read back) with the helper's round falling before,
+ * across and after empty_cache: the readying of the allocation's growth
+ * never leaves pages in the cache after it. */
+static void test_empty_cache_leaves_no_readied_pages(void **state) {
+    (void)state;
+    xsa_helper_set_manual(true);
+    xsa_helper_set_clock(fake_clock, NULL);
+    OK(xsa_init("helper_thread:True"));
+    void *burst, *t;
+    OK(xsa_malloc(&burst, 40 * MiB, 0, NULL)); /* the peak: later growths are below it */
+    OK(xsa_free(burst));
+    OK(xsa_empty_cache());
+    for (unsigned polls_before = 0; polls_before < 3; polls_before++) {
+        xsa_helper_set_deferred_commit(1); /* a round planned before empty_cache commits after it */
+        OK(xsa_malloc(&t, 4 * MiB, 0, NULL));
+        for (unsigned i = 0; i < polls_before; i++) {
+            fake_now += MS;
+            xsa_helper_poll();
+        }
+        OK(xsa_free(t));
+        OK(xsa_empty_cache());
+        xsa_helper_set_deferred_commit(0); /* commits what waited */
+        next_rounds();
+        assert_int_equal(reserved(), 0);
+        assert_int_equal(handle_bytes(), 0);
+        INVARIANTS(0);
+    }
+}
+
 static void test_a_failure_reaches_the_next_malloc_once(void **state) {
     (void)state;
     manual_decay_until_taken();
@@ -489,6 +521,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_settings_turn_it_and_decay_on_and_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deferred_commits_wait_their_polls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_commits_a_deferred_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_cache_leaves_no_readied_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_the_next_malloc_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_empty_cache_too, setup, teardown),
         cmocka_unit_test_setup_teardown(test_beside_threads_that_allocate, setup, teardown),
