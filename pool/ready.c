@@ -24,8 +24,9 @@
  * memory pool's memory belongs to its graphs).
  * The check is made again when the job is done: a miss of the stream
  * while the range was held grew elsewhere, and pages that would now raise
- * the peak go back to the driver by the next round (pool/decay.c's
- * release path) instead of into the cache.
+ * the peak (or pass a memory fraction lowered meanwhile) go back to the
+ * driver by the next round (pool/decay.c's release path) instead of into
+ * the cache.
  * Readied pages are ordinary free memory from then on: recycled, released
  * by empty_cache, and with decay on (pool/decay.c) released again if no
  * request uses them. A readying that fails is dropped (an out-of-memory
@@ -100,10 +101,12 @@ void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped, bool emptied) {
         return;
     }
     /* The cache was emptied while the job ran, or a miss grew elsewhere
-     * (the range was held) and the pages are no longer below the peak:
-     * they go back to the driver. */
-    if ((emptied || (int64_t)(p->reserved + b->size) > xsa_pool_reserved_high(p)) && xsa_decay_give_back(p, b))
-        return;
+     * (the range was held) and the pages are no longer below the peak, or
+     * the memory fraction was lowered below them: they go back to the
+     * driver. */
+    bool unwanted = emptied || (int64_t)(p->reserved + b->size) > xsa_pool_reserved_high(p) ||
+                    p->reserved + b->size > p->allowed_max;
+    if (unwanted && xsa_decay_give_back(p, b)) return;
     b->mapped = true;
     xsa_pages_account(p, s, 0, b->size / p->page_size, +1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);

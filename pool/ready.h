@@ -17,8 +17,9 @@
  * chunk in chunk_pages[]; how many. */
 size_t xsa_ready_hold(xsa_pool *p, xsa_block **out, size_t *chunk_pages, size_t max);
 /* A range's job is over: mapped (free memory of its segment now, merged
- * with the free blocks around it, unless the cache was emptied while it
- * ran: then back to the driver), or not (unmapped space again). */
+ * with the free blocks around it; back to the driver instead if the
+ * cache was emptied while it ran, or the pages would now raise the peak
+ * or pass the memory fraction), or not (unmapped space again). */
 void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped, bool emptied);
 /* The cache is being given back (empty_cache, an out-of-memory's last
  * resort, a pause): the readying the last growths asked for is dropped,

@@ -1,8 +1,9 @@
 /*
  * ready_test: pages the helper thread readies where a growth ended
  * (pool/ready.c), its rounds run here one at a time: below the peak of
- * reserved memory only, never raising it when a growth overtook the job,
- * a failure leaving the range unmapped, and empty_cache winning over
+ * reserved memory only, never raising it when a growth overtook the job
+ * nor passing a memory fraction lowered meanwhile, a failure leaving the
+ * range unmapped, and empty_cache winning over
  * readying (none planned after it for a growth before it; a job under
  * way across it gives its pages back), so that reserved memory reads
  * what PyTorch's empty_cache promises. Both invariant checkers run after
@@ -153,6 +154,30 @@ static void test_readying_under_way_at_empty_cache_gives_its_pages_back(void **s
     teardown(p);
 }
 
+/* The memory fraction lowered while a readying is under way: its pages
+ * would pass the new limit, so they go back to the driver, as a growth
+ * would have been refused them. */
+static void test_readying_across_a_lower_memory_fraction_gives_its_pages_back(void **state) {
+    (void)state;
+    void *a;
+    xsa_pool *p = below_the_peak(&a);
+    void *b = alloc(p, 2 * MiB, S0);
+    xsa_pool_jobs jobs;
+    xsa_pool_jobs_plan(p, 0, &jobs);
+    check(p);
+    assert_int_equal(jobs.n, 1);
+    xsa_pool_set_memory_fraction(p, (double)(4 * MiB) / (double)(1 * GiB)); /* what is reserved now */
+    xsa_pool_jobs_run(&jobs);
+    xsa_pool_jobs_commit(p, &jobs);
+    check(p);
+    assert_int_equal(reserved(p), 4 * MiB);
+    helper_round(p, LATER);
+    assert_int_equal(usage().handle_bytes, 4 * MiB);
+    release(p, b);
+    release(p, a);
+    teardown(p);
+}
+
 static void test_readying_that_fails_leaves_the_range_unmapped(void **state) {
     (void)state;
     void *a;
@@ -181,6 +206,7 @@ int main(void) {
         cmocka_unit_test(test_readied_pages_a_growth_overtook_never_raise_the_peak),
         cmocka_unit_test(test_empty_cache_forgets_the_readying_a_growth_asked_for),
         cmocka_unit_test(test_readying_under_way_at_empty_cache_gives_its_pages_back),
+        cmocka_unit_test(test_readying_across_a_lower_memory_fraction_gives_its_pages_back),
         cmocka_unit_test(test_readying_that_fails_leaves_the_range_unmapped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
