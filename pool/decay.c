@@ -174,6 +174,7 @@ typedef struct xsa_decay {
     uint64_t recorded, completed;
     range *ranges;            /* taken out of the cache, waiting to go */
     size_t n_ranges, cap_ranges;
+    size_t kept;              /* slots of ranges[] kept for readyings under way (xsa_decay_keep_slot) */
 } xsa_decay;
 
 static uint64_t window_ns(const xsa_pool *p) { return (uint64_t)p->opt.page_decay_ms * 1000000ull; }
@@ -376,14 +377,19 @@ static bool old_run(const xsa_pool *p, const xsa_block *b, uint64_t before, run 
     return out->hi != 0;
 }
 
+/* Room in ranges[] for one more range beside the kept slots. */
+static bool room_for_one(xsa_decay *d) {
+    if (d->n_ranges + d->kept < d->cap_ranges) return true;
+    size_t cap = d->cap_ranges ? 2 * d->cap_ranges : 8;
+    range *grown = realloc(d->ranges, cap * sizeof *grown);
+    if (!grown) return false;
+    d->ranges = grown;
+    d->cap_ranges = cap;
+    return true;
+}
+
 static bool keep_range(xsa_decay *d, xsa_block *b) {
-    if (d->n_ranges == d->cap_ranges) {
-        size_t cap = d->cap_ranges ? 2 * d->cap_ranges : 8;
-        range *grown = realloc(d->ranges, cap * sizeof *grown);
-        if (!grown) return false;
-        d->ranges = grown;
-        d->cap_ranges = cap;
-    }
+    if (!room_for_one(d)) return false;
     d->ranges[d->n_ranges++] = (range){b, d->recorded + 1, false};
     return true;
 }
@@ -420,16 +426,24 @@ static bool take(xsa_pool *p, xsa_decay *d, xsa_block *b, size_t lo, size_t hi) 
     return true;
 }
 
-bool xsa_decay_give_back(xsa_pool *p, xsa_block *b) {
+bool xsa_decay_keep_slot(xsa_pool *p) {
     xsa_decay *d = state(p);
-    if (!d || !keep_range(d, b)) return false;
-    d->ranges[d->n_ranges - 1].fence = 0; /* passed: completed is never below 0 */
+    if (!d || !room_for_one(d)) return false;
+    d->kept++;
+    return true;
+}
+
+void xsa_decay_drop_slot(xsa_pool *p) { p->decay->kept--; }
+
+void xsa_decay_give_back(xsa_pool *p, xsa_block *b) {
+    xsa_decay *d = p->decay;
+    d->kept--; /* the job's kept slot: no allocation here */
+    d->ranges[d->n_ranges++] = (range){b, 0, false}; /* fence 0: passed, completed is never below 0 */
     size_t pages = b->size / p->page_size;
     b->mapped = true;
     hold(b->seg, b, pages);
     p->stats.num_device_alloc++; /* created, never reserved: end_range counts their release */
     p->stats.num_pages_mapped += (int64_t)pages;
-    return true;
 }
 
 /* Takes runs of free pages all free since `before` or earlier, oldest
@@ -626,6 +640,9 @@ void xsa_decay_destroy(xsa_pool *p) {
 int xsa_decay_check(const xsa_pool *p, size_t *ranges, char *err, size_t errlen) {
     const xsa_decay *d = p->decay;
     *ranges = d ? d->n_ranges : 0;
+    if (d && d->n_ranges + d->kept > d->cap_ranges)
+        return xsa_check_fail(err, errlen, "decay: %zu ranges and %zu kept slots in room for %zu", d->n_ranges, d->kept,
+                              d->cap_ranges);
     if (d && d->over_since && d->within_since)
         return xsa_check_fail(err, errlen, "decay: reserved memory both above and within the repack bound");
     if (d && d->repacked > d->last + 1)

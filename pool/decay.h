@@ -31,12 +31,19 @@ void xsa_decay_released(xsa_pool *p, xsa_block *b, bool was_unmapped);
  * last tick, which recycling's headroom bound follows then instead of
  * the highest ever. -1 otherwise (decay off included). */
 int64_t xsa_decay_packing_high(const xsa_pool *p);
-/* Pages the helper readied (pool/ready.c) that would raise the peak of
- * reserved memory, a growth having overtaken them: mapped block b (no
- * work ever ran on it) is kept out of the cache, and the next round hands
- * it to a job to unmap and release, as a range whose fence has passed.
- * False if that cannot be recorded (host memory): the caller keeps it. */
-bool xsa_decay_give_back(xsa_pool *p, xsa_block *b);
+/* A slot for a readying (pool/ready.c) to give its pages back through
+ * at its end, kept from when it is planned so that giving back never
+ * needs host memory; false if that cannot be had (host memory: no
+ * readying then). Each kept slot is used by xsa_decay_give_back or
+ * dropped. */
+bool xsa_decay_keep_slot(xsa_pool *p);
+void xsa_decay_drop_slot(xsa_pool *p);
+/* Pages the helper readied that are not wanted after all (the cache was
+ * emptied, a growth overtook them, the memory fraction was lowered):
+ * mapped block b (no work ever ran on it) is kept out of the cache, and
+ * the next round hands it to a job to unmap and release, as a range whose
+ * fence has passed. Uses the readying's kept slot. */
+void xsa_decay_give_back(xsa_pool *p, xsa_block *b);
 /* Releasing the cache (pool/release.c), after every segment stream was
  * synchronized: the ranges still waiting for their fence are unmapped
  * and released now. The first driver error (those ranges are free again). */

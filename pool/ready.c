@@ -26,13 +26,14 @@
  * while the range was held grew elsewhere, and pages that would now raise
  * the peak (or pass a memory fraction lowered meanwhile) go back to the
  * driver by the next round (pool/decay.c's release path) instead of into
- * the cache.
+ * the cache, through a slot kept for it when the job was planned, so
+ * that no host allocation can fail on that way back.
  * Readied pages are ordinary free memory from then on: recycled, released
  * by empty_cache, and with decay on (pool/decay.c) released again if no
  * request uses them. A readying that fails is dropped (an out-of-memory
  * quietly: it was a guess; the growth that needs the pages will say).
  * Giving the cache back wins over readying: after empty_cache (or an
- * out-of-memory's release of everything, or a pause) no readying is
+ * out-of-memory's release of everything) no readying is
  * planned for a growth before it, and a job under way across it gives
  * its pages back as one that would raise the peak does, so that reserved
  * memory right after empty_cache is what the live blocks hold, as
@@ -81,9 +82,12 @@ size_t xsa_ready_hold(xsa_pool *p, xsa_block **out, size_t *chunk_pages, size_t 
         if (!u) continue;
         size_t n = want < u->size / p->page_size ? want : u->size / p->page_size;
         n = creatable(p, n);
-        if (!n) continue;
+        if (!n || !xsa_decay_keep_slot(p)) continue; /* its way back, should the pages be unwanted at its end */
         xsa_block *m = n * p->page_size < u->size ? xsa_pool_carve_front(p, u, n * p->page_size) : u;
-        if (!m) continue;
+        if (!m) {
+            xsa_decay_drop_slot(p);
+            continue;
+        }
         m->held = true;
         s->held++;
         chunk_pages[count] = xsa_recycle_new_chunk_pages(p, 0);
@@ -97,6 +101,7 @@ void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped, bool emptied) {
     b->held = false;
     s->held--;
     if (!was_mapped) {
+        xsa_decay_drop_slot(p);
         xsa_pages_merge_unmapped(p, b);
         return;
     }
@@ -106,7 +111,11 @@ void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped, bool emptied) {
      * driver. */
     bool unwanted = emptied || (int64_t)(p->reserved + b->size) > xsa_pool_reserved_high(p) ||
                     p->reserved + b->size > p->allowed_max;
-    if (unwanted && xsa_decay_give_back(p, b)) return;
+    if (unwanted) {
+        xsa_decay_give_back(p, b);
+        return;
+    }
+    xsa_decay_drop_slot(p);
     b->mapped = true;
     xsa_pages_account(p, s, 0, b->size / p->page_size, +1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);

@@ -22,7 +22,7 @@ size_t xsa_ready_hold(xsa_pool *p, xsa_block **out, size_t *chunk_pages, size_t 
  * or pass the memory fraction), or not (unmapped space again). */
 void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped, bool emptied);
 /* The cache is being given back (empty_cache, an out-of-memory's last
- * resort, a pause): the readying the last growths asked for is dropped,
+ * resort): the readying the last growths asked for is dropped,
  * and jobs under way give their pages back when they end. */
 void xsa_ready_forget(xsa_pool *p);
 

@@ -2,8 +2,9 @@
  * ready_test: pages the helper thread readies where a growth ended
  * (pool/ready.c), its rounds run here one at a time: below the peak of
  * reserved memory only, never raising it when a growth overtook the job
- * nor passing a memory fraction lowered meanwhile, a failure leaving the
- * range unmapped, and empty_cache winning over
+ * nor passing a memory fraction lowered meanwhile, never planned without
+ * the host memory its way back needs (which then needs none), a failure
+ * leaving the range unmapped, and empty_cache winning over
  * readying (none planned after it for a growth before it; a job under
  * way across it gives its pages back), so that reserved memory reads
  * what PyTorch's empty_cache promises. Both invariant checkers run after
@@ -20,6 +21,15 @@
 #include "tests/pool/pool_fixture.h"
 
 #define LATER 12500000ull /* ns: a round after the first */
+
+/* calloc and realloc, refused while this is set (the test links with
+ * -Wl,--wrap=calloc,--wrap=realloc: the pool's calls come here). */
+static bool refuse_host;
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *ptr, size_t size);
+#define WRAPPER __attribute__((visibility("default"))) /* the tests' objects are hidden by default */
+WRAPPER void *__wrap_calloc(size_t n, size_t size) { return refuse_host ? NULL : __real_calloc(n, size); }
+WRAPPER void *__wrap_realloc(void *ptr, size_t size) { return refuse_host ? NULL : __real_realloc(ptr, size); }
 
 static void helper_only(xsa_pool_options *o) {
     o->helper_thread = true;
@@ -178,6 +188,56 @@ static void test_readying_across_a_lower_memory_fraction_gives_its_pages_back(vo
     teardown(p);
 }
 
+/* Without host memory at its planning, a readying is not planned (it
+ * could not be given back): nothing changes; the next growth's is. */
+static void test_no_readying_without_host_memory_for_its_way_back(void **state) {
+    (void)state;
+    void *a;
+    xsa_pool *p = below_the_peak(&a);
+    void *b = alloc(p, 2 * MiB, S0);
+    xsa_pool_jobs jobs;
+    refuse_host = true;
+    xsa_pool_jobs_plan(p, 0, &jobs);
+    refuse_host = false;
+    check(p);
+    assert_int_equal(jobs.n, 0);
+    xsa_pool_jobs_commit(p, &jobs);
+    check(p);
+    assert_int_equal(reserved(p), 4 * MiB);
+    void *c = alloc(p, 2 * MiB, S0);
+    helper_round(p, LATER);
+    assert_int_equal(reserved(p), 8 * MiB);
+    release(p, c);
+    release(p, b);
+    release(p, a);
+    teardown(p);
+}
+
+/* Giving pages back needs no host memory: a readying across empty_cache
+ * whose commit finds none still keeps its pages out of the cache. */
+static void test_readied_pages_go_back_without_host_memory(void **state) {
+    (void)state;
+    void *a;
+    xsa_pool *p = below_the_peak(&a);
+    void *b = alloc(p, 2 * MiB, S0);
+    xsa_pool_jobs jobs;
+    xsa_pool_jobs_plan(p, 0, &jobs);
+    check(p);
+    assert_int_equal(jobs.n, 1);
+    assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
+    xsa_pool_jobs_run(&jobs);
+    refuse_host = true;
+    xsa_pool_jobs_commit(p, &jobs);
+    refuse_host = false;
+    check(p);
+    assert_int_equal(reserved(p), 4 * MiB);
+    helper_round(p, LATER);
+    assert_int_equal(usage().handle_bytes, 4 * MiB);
+    release(p, b);
+    release(p, a);
+    teardown(p);
+}
+
 static void test_readying_that_fails_leaves_the_range_unmapped(void **state) {
     (void)state;
     void *a;
@@ -207,6 +267,8 @@ int main(void) {
         cmocka_unit_test(test_empty_cache_forgets_the_readying_a_growth_asked_for),
         cmocka_unit_test(test_readying_under_way_at_empty_cache_gives_its_pages_back),
         cmocka_unit_test(test_readying_across_a_lower_memory_fraction_gives_its_pages_back),
+        cmocka_unit_test(test_no_readying_without_host_memory_for_its_way_back),
+        cmocka_unit_test(test_readied_pages_go_back_without_host_memory),
         cmocka_unit_test(test_readying_that_fails_leaves_the_range_unmapped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
