@@ -52,6 +52,26 @@ static xsa_pool *below_the_peak(void **a) {
     return p;
 }
 
+/* below_the_peak, then *b's growth of one page and a round planned: the
+ * readying of the page after *b is under way (its driver calls not yet
+ * made). */
+static xsa_pool *readying_planned(void **a, void **b, xsa_pool_jobs *jobs) {
+    xsa_pool *p = below_the_peak(a);
+    *b = alloc(p, 2 * MiB, S0);
+    xsa_pool_jobs_plan(p, 0, jobs);
+    check(p);
+    assert_int_equal(jobs->n, 1);
+    return p;
+}
+
+/* The readied page went back: reserved memory is a's and b's alone, and
+ * the next round gives its handle back to the driver. */
+static void readied_page_went_back(xsa_pool *p) {
+    assert_int_equal(reserved(p), 4 * MiB);
+    helper_round(p, LATER);
+    assert_int_equal(usage().handle_bytes, 4 * MiB);
+}
+
 static void test_pages_readied_where_a_growth_ended_below_the_peak(void **state) {
     (void)state;
     xsa_pool *p = make_pool(1 * GiB, true, helper_only);
@@ -139,21 +159,15 @@ static void test_empty_cache_forgets_the_readying_a_growth_asked_for(void **stat
  * round, never into the cache. */
 static void test_readying_under_way_at_empty_cache_gives_its_pages_back(void **state) {
     (void)state;
-    void *a;
-    xsa_pool *p = below_the_peak(&a);
-    void *b = alloc(p, 2 * MiB, S0);
+    void *a, *b;
     xsa_pool_jobs jobs;
-    xsa_pool_jobs_plan(p, 0, &jobs);
-    check(p);
-    assert_int_equal(jobs.n, 1);
+    xsa_pool *p = readying_planned(&a, &b, &jobs);
     assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
     check(p);
     xsa_pool_jobs_run(&jobs);
     xsa_pool_jobs_commit(p, &jobs);
     check(p);
-    assert_int_equal(reserved(p), 4 * MiB);
-    helper_round(p, LATER);
-    assert_int_equal(usage().handle_bytes, 4 * MiB);
+    readied_page_went_back(p);
     /* Readying goes on at later growths. */
     void *c = alloc(p, 2 * MiB, S0);
     helper_round(p, 2 * LATER);
@@ -169,20 +183,14 @@ static void test_readying_under_way_at_empty_cache_gives_its_pages_back(void **s
  * would have been refused them. */
 static void test_readying_across_a_lower_memory_fraction_gives_its_pages_back(void **state) {
     (void)state;
-    void *a;
-    xsa_pool *p = below_the_peak(&a);
-    void *b = alloc(p, 2 * MiB, S0);
+    void *a, *b;
     xsa_pool_jobs jobs;
-    xsa_pool_jobs_plan(p, 0, &jobs);
-    check(p);
-    assert_int_equal(jobs.n, 1);
+    xsa_pool *p = readying_planned(&a, &b, &jobs);
     xsa_pool_set_memory_fraction(p, (double)(4 * MiB) / (double)(1 * GiB)); /* what is reserved now */
     xsa_pool_jobs_run(&jobs);
     xsa_pool_jobs_commit(p, &jobs);
     check(p);
-    assert_int_equal(reserved(p), 4 * MiB);
-    helper_round(p, LATER);
-    assert_int_equal(usage().handle_bytes, 4 * MiB);
+    readied_page_went_back(p);
     release(p, b);
     release(p, a);
     teardown(p);
@@ -217,22 +225,16 @@ static void test_no_readying_without_host_memory_for_its_way_back(void **state) 
  * whose commit finds none still keeps its pages out of the cache. */
 static void test_readied_pages_go_back_without_host_memory(void **state) {
     (void)state;
-    void *a;
-    xsa_pool *p = below_the_peak(&a);
-    void *b = alloc(p, 2 * MiB, S0);
+    void *a, *b;
     xsa_pool_jobs jobs;
-    xsa_pool_jobs_plan(p, 0, &jobs);
-    check(p);
-    assert_int_equal(jobs.n, 1);
+    xsa_pool *p = readying_planned(&a, &b, &jobs);
     assert_int_equal(xsa_pool_empty_cache(p, err, sizeof err), XSA_POOL_OK);
     xsa_pool_jobs_run(&jobs);
     refuse_host = true;
     xsa_pool_jobs_commit(p, &jobs);
     refuse_host = false;
     check(p);
-    assert_int_equal(reserved(p), 4 * MiB);
-    helper_round(p, LATER);
-    assert_int_equal(usage().handle_bytes, 4 * MiB);
+    readied_page_went_back(p);
     release(p, b);
     release(p, a);
     teardown(p);
