@@ -100,22 +100,21 @@ void xsa_ready_done(xsa_pool *p, xsa_block *b, bool was_mapped, bool emptied) {
     xsa_seg *s = b->seg;
     b->held = false;
     s->held--;
-    if (!was_mapped) {
-        xsa_decay_drop_slot(p);
-        xsa_pages_merge_unmapped(p, b);
-        return;
-    }
     /* The cache was emptied while the job ran, or a miss grew elsewhere
      * (the range was held) and the pages are no longer below the peak, or
      * the memory fraction was lowered below them: they go back to the
-     * driver. */
+     * driver, through the job's kept slot, which is dropped otherwise. */
     bool unwanted = emptied || (int64_t)(p->reserved + b->size) > xsa_pool_reserved_high(p) ||
                     p->reserved + b->size > p->allowed_max;
-    if (unwanted) {
+    if (was_mapped && unwanted) {
         xsa_decay_give_back(p, b);
         return;
     }
     xsa_decay_drop_slot(p);
+    if (!was_mapped) {
+        xsa_pages_merge_unmapped(p, b);
+        return;
+    }
     b->mapped = true;
     xsa_pages_account(p, s, 0, b->size / p->page_size, +1);
     XSA_OBSERVE(p, XSA_OBS_SEGMENT_MAP, s->kind, b->ptr, b->size, b->size, s->stream);
