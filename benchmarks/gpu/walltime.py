@@ -124,6 +124,7 @@ ALLOCS = {
 ON_REQUEST = ("xsalloc_roomy",)  # left out of run's default --allocs
 TORCH = ("native", "expandable")  # the fastest of them is what xsalloc is held against
 XSALLOCS = ("xsalloc", "xsalloc_helper", "xsalloc_decay", "xsalloc_roomy", "xsalloc_off")
+VARIANTS = tuple(a for a in XSALLOCS if a != "xsalloc_off")  # each judged against xsalloc_off
 AB_MODES = ("xsalloc_off", "xsalloc_decay")  # child --alternate: the settings it switches between, ABBA
 # run --alternate: steps a block, a few of decay's 500 ms windows where steps are short (not llama_gen: its
 # requests differ too much for a block's median)
@@ -509,7 +510,7 @@ def paired_ratios(rows, workloads):
 def paired_intervals(by, workloads):
     """Each xsalloc variant against xsalloc_off, and torch expandable against native (the method's check),
     round by round, as walltime_stats sums them up: per workload and over all of them together."""
-    pairs = [(a, "xsalloc_off", f"{a} / off") for a in XSALLOCS if a != "xsalloc_off"] + [
+    pairs = [(a, "xsalloc_off", f"{a} / off") for a in VARIANTS] + [
         ("expandable", "native", "expandable / native")]
     ratios = {(w, a, b): round_ratios(by, w, a, b) for w in workloads for a, b, _ in pairs}
     lines = []
@@ -540,7 +541,7 @@ def call_means(rows, workloads):
     lines = []
     for w in workloads:
         parts = []
-        for a in [a for a in XSALLOCS if a != "xsalloc_off"]:
+        for a in VARIANTS:
             calls = {}
             for rnd in sorted({k[0] for k in last if k[1] == w}):
                 if (rnd, w, a) in last and (rnd, w, "xsalloc_off") in last:
