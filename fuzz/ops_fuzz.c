@@ -8,10 +8,14 @@
  * oversize blocks and garbage collection, expandable with IPC handles; its
  * value / 5 sets flags: memory pool 1 gets an allocator of its own (a fake
  * over host memory), pool 1 lends on OOM (use_on_oom), pool 0 splits no
- * block (no_split)); then each operation is an opcode byte followed by argument bytes: malloc (size on a log scale, stream, slot),
+ * block (no_split); its value / 40 % 3 is how many of the helper's polls
+ * a round's jobs wait before they commit); then each operation is an opcode byte followed by argument bytes: malloc (size on a log scale, stream, slot),
  * free, record_stream, sharing a block as bytes and opening them here
  * (and granting device 1 access to device 0's memory while it is open),
- * empty_cache, completing simulated streams, a memory fraction or
+ * empty_cache, a round of the helper thread after a step of its clock
+ * (decay, readying, retiring: the helper is on by default and runs in its
+ * manual mode here, on the fuzzer's thread and clock, so an input replays
+ * the same), completing simulated streams, a memory fraction or
  * settings changed at run time (expandable segments off and on, ...), arming
  * a driver fault (entry point, which of its next calls; the first such
  * operation of an input only; or the own allocator's failure at one of
@@ -21,7 +25,8 @@
  * blocks the restore allocates take empty slots). A call may fail
  * (out of memory, or the armed fault) but must leave the invariants true,
  * every live allocation's data intact, and, after the faults are cleared,
- * everything freed, the cache emptied and xsa_shutdown, a simulated driver
+ * everything freed, the cache emptied (a fault the helper met is reported
+ * once, by the first empty_cache; the next succeeds) and xsa_shutdown, a simulated driver
  * holding nothing and the own allocator every segment back and told it is
  * done once per pool. Any violation aborts, which libFuzzer reports.
  */
@@ -31,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/helper.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"
 
@@ -54,6 +60,8 @@ static slot slots[SLOTS];
 static bool fault_armed;
 /* The configuration byte's flags (see above). */
 static bool own_allocator, lends, no_split;
+/* The helper's clock (ns), moved on by the helper-round operation. */
+static uint64_t clock_ns;
 /* Per memory pool {1 + i, 0}: uses held (creates and begins less
  * releases), the routed stream, or -1. */
 static int mempool_uses[MEMPOOLS], routed[MEMPOOLS];
@@ -68,6 +76,11 @@ static void check(int ok, const char *what) {
 }
 
 static uint8_t next(input *in) { return in->p < in->end ? *in->p++ : 0; }
+
+static uint64_t fuzz_clock(void *ctx) {
+    (void)ctx;
+    return clock_ns;
+}
 
 static void *stream_of(unsigned k) { return k % STREAMS == 0 ? NULL : (void *)(uintptr_t)(0x1000u + k % STREAMS); }
 
@@ -252,6 +265,7 @@ static void change_settings(uint8_t pick) {
         "expandable_segments:False", "expandable_segments:True", "max_split_size_mb:20",
         "roundup_power2_divisions:[64:8,>:2]", "garbage_collection_threshold:0.5", "",
         "page_recycling:False,max_non_split_rounding_mb:40", "page_recycling:True,expandable_segments:True",
+        "helper_thread:False", "page_decay_ms:20",
     };
     xsa_status st = xsa_set_allocator_settings(confs[pick % (sizeof confs / sizeof confs[0])]);
     check(st == XSA_SUCCESS || st == XSA_ERROR_NOT_SUPPORTED || (fault_armed && st == XSA_ERROR_DRIVER),
@@ -272,7 +286,14 @@ static void run_op(input *in) {
             check(xsa_record_stream(s->ptr, stream_of(next(in))) == XSA_SUCCESS, "record_stream failed");
         break;
     }
-    case 4: xsa_empty_cache(); break; /* may fail on an armed fault */
+    case 4:
+        if (op & 0x80) { /* a helper round up to a second on */
+            clock_ns += (uint64_t)next(in) * 4000000u;
+            xsa_helper_poll();
+        } else {
+            xsa_empty_cache(); /* may fail on an armed fault */
+        }
+        break;
     case 5: if (op & 8) xsa_sim_complete_all(); else xsa_sim_complete_stream(stream_of(op >> 4)); break;
     case 6:
         if (op & 0x80)
@@ -321,7 +342,10 @@ static void finish(void) {
         saved[i] = NULL;
         n_saved[i] = 0;
     }
-    check(xsa_empty_cache() == XSA_SUCCESS, "final empty_cache");
+    xsa_helper_set_deferred_commit(0); /* the helper's jobs waiting for polls commit */
+    xsa_status st = xsa_empty_cache();
+    if (st == XSA_ERROR_DRIVER && fault_armed) st = xsa_empty_cache(); /* the helper's fault, reported once */
+    check(st == XSA_SUCCESS, "final empty_cache");
     xsa_device_stats s;
     check(xsa_get_stats(0, &s) == XSA_SUCCESS, "get_stats");
     check(s.allocation[XSA_STAT_ALL].current == 0 && s.reserved_bytes[XSA_STAT_ALL].current == 0,
@@ -348,6 +372,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(xsa_sim_configure(&c) == XSA_CU_SUCCESS, "the simulated driver still holds resources");
     check(xsa_use_driver("sim") == XSA_SUCCESS, "use_driver");
     uint8_t conf = next(&in);
+    clock_ns = 0;
+    xsa_helper_set_manual(true);
+    xsa_helper_set_clock(fuzz_clock, NULL);
+    xsa_helper_set_deferred_commit(conf / 40 % 3);
     check(xsa_init(confs[conf % 5]) == XSA_SUCCESS, "init");
     own_allocator = conf / 5 & 1, lends = conf / 5 & 2, no_split = conf / 5 & 4;
     memset(&own, 0, sizeof own);
