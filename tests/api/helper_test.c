@@ -167,6 +167,18 @@ static void test_decay_on_the_thread_follows_live_memory_down(void **state) {
     INVARIANTS(0);
 }
 
+/* With no settings at all, decay runs on the helper (XSA_HELPER_BY_DEFAULT,
+ * page_decay_ms 500): a burst's memory goes back by itself. */
+static void test_the_defaults_give_a_burst_back(void **state) {
+    (void)state;
+    OK(xsa_init(NULL));
+    void *params = params_and_burst();
+    assert_true(xsa_helper_running());
+    assert_true(reserved_drops_to(4 * MiB));
+    OK(xsa_free(params));
+    INVARIANTS(0);
+}
+
 static void test_shutdown_stops_it_mid_work_and_init_starts_over(void **state) {
     (void)state;
     for (int round = 0; round < 3; round++) {
@@ -516,6 +528,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_settings_before_the_first_allocation_wait_for_the_devices, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_decay_on_the_thread_follows_live_memory_down, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_defaults_give_a_burst_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_stops_it_mid_work_and_init_starts_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_stops_it_and_each_side_goes_on, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_turn_it_and_decay_on_and_off, setup, teardown),
