@@ -15,7 +15,8 @@
 # after another test allocated pinned memory).
 #   bash tests/gpu/run_torch_suite.sh [-k PATTERN ...]
 #   env: PYTHON (the python3 with torch), MODES (default "torch torch_expandable default norec classic";
-#        "decay" as well: helper_thread:True,page_decay_ms:500),
+#        "decay" (helper_thread:True,page_decay_ms:500, the defaults written out) and "off"
+#        (helper_thread:False) as well),
 #        CLASSES (default "TestCuda TestMemPool TestBlockStateAbsorption TestCudaOptims"),
 #        PARALLEL=1, OUT=DIR (kept; default a temporary folder), XSALLOC_LIBRARY (a built library),
 #        TEST_TIMEOUT (seconds a test may take before it counts as a crash; default 600)

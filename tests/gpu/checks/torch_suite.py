@@ -19,12 +19,14 @@ allocator, never against "all pass".
 Modes (the allocator is chosen before anything touches CUDA):
   torch             torch's allocator, its defaults
   torch_expandable  torch's allocator with expandable_segments:True
-  default           xsalloc, its defaults (expandable, page recycling)
+  default           xsalloc, its defaults (expandable, page recycling,
+                    decay and the helper thread)
   norec             xsalloc, page_recycling:False
   classic           xsalloc, expandable_segments:False
   decay             xsalloc, helper_thread:True,page_decay_ms:500 (the
-                    settings decay would have on by default)
-In the expandable modes (torch_expandable, default, norec, decay) the tests'
+                    defaults written out: the run that turned them on)
+  off               xsalloc, helper_thread:False (decay and the helper off)
+In the expandable modes (torch_expandable, default, norec, decay, off) the tests'
 `expandable_segments` property is True, as PyTorch's own
 test_cuda_expandable_segments.py sets it.
 
@@ -48,9 +50,10 @@ XSALLOC_CONF = {
     "norec": "page_recycling:False",
     "classic": "expandable_segments:False",
     "decay": "helper_thread:True,page_decay_ms:500",
+    "off": "helper_thread:False",
 }
-EXPANDABLE_MODES = ("torch_expandable", "default", "norec", "decay")
-MODES = ("torch", "torch_expandable", "default", "norec", "classic", "decay")
+EXPANDABLE_MODES = ("torch_expandable", "default", "norec", "decay", "off")
+MODES = ("torch", "torch_expandable", "default", "norec", "classic", "decay", "off")
 CLASSES = ("TestCuda", "TestMemPool", "TestBlockStateAbsorption", "TestCudaOptims")
 
 
