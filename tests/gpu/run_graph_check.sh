@@ -4,7 +4,7 @@
 # (the reference), default, norec (page_recycling:False), classic
 # (expandable_segments:False) and reuse (graph_capture_record_stream_reuse). Builds the library with setup.py; the
 # compile and ckpt cases' details (losses; eval sums and restores) must equal native's. Exits non-zero on any failure.
-#   bash tests/gpu/run_graph_check.sh   (PYTHON=... the python3 with torch; XSALLOC_LIBRARY=... a built library; CASES="issue two_stream"; MODES="default reuse")
+#   bash tests/gpu/run_graph_check.sh   (PYTHON=... the python3 with torch; XSALLOC_LIBRARY=... a built library; CASES="issue two_stream"; MODES="default reuse off": off is helper_thread:False)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}

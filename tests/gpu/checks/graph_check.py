@@ -3,9 +3,10 @@
     python3 tests/gpu/checks/graph_check.py --mode MODE --case CASE   (one case, one process)
     bash tests/gpu/run_graph_check.sh                           (every mode and case)
 
-MODE: native (PyTorch's own allocator, the reference), default, norec
-(page_recycling:False), classic (expandable_segments:False), reuse
-(graph_capture_record_stream_reuse:True). CASE:
+MODE: native (PyTorch's own allocator, the reference), default (decay and
+the helper thread on), norec (page_recycling:False), classic
+(expandable_segments:False), reuse (graph_capture_record_stream_reuse:True),
+off (helper_thread:False). CASE:
 - issue: issue 16's program: a graph captured on its own stream frees its
   temporaries inside the capture; then 32 eager tensors on the default stream
   and 32 on the capture's stream; three replays must give the eager result
@@ -42,7 +43,7 @@ import sys
 from case_report import run_case
 
 CONFS = {"default": "", "norec": "page_recycling:False", "classic": "expandable_segments:False",
-         "reuse": "graph_capture_record_stream_reuse:True"}
+         "reuse": "graph_capture_record_stream_reuse:True", "off": "helper_thread:False"}
 N = 1024
 
 
