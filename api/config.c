@@ -64,8 +64,8 @@
  * pinned_max_cached_size_mb      | integer >= 0                    |          | accepted and ignored (2)
  * pinned_free_catch_all          | True / False                    | False    | accepted and ignored (2)
  * graph_capture_record_stream_reuse | True / False                 | False    | pool.capture_reuse (3)
- * helper_thread                  | True / False                    | False    | pool.helper_thread (xsalloc's own key) (8)
- * page_decay_ms                  | integer, 0 <= x <= 3600000 (ms) | 0 (off)  | pool.page_decay_ms (xsalloc's own key) (8)
+ * helper_thread                  | True / False                    | True     | pool.helper_thread (xsalloc's own key) (8)
+ * page_decay_ms                  | integer, 0 <= x <= 3600000 (ms) | 500      | pool.page_decay_ms (xsalloc's own key) (8)
  * throw_on_cudamalloc_oom        | True / False                    | False    | accepted and ignored (4)
  * expandable_segments_reserve    | -                               |          | REJECTED (5)
  * expandable_segments_reserve_by_class | -                         |          | REJECTED (5)
@@ -99,14 +99,15 @@
  *     allocation path): page_decay_ms above 0 turns the helper on unless
  *     helper_thread:False is given too, which is an error;
  *     helper_thread:False without page_decay_ms turns decay off. Both
- *     defaults follow XSA_HELPER_BY_DEFAULT (pool/options.h).
+ *     defaults follow XSA_HELPER_BY_DEFAULT (pool/options.h). Decay keeps
+ *     the peak of reserved memory by moving pages where memory regrows, so
+ *     page_recycling:False without page_decay_ms turns decay off too.
  *
  * Deviations from PyTorch's ranges: roundup_power2_divisions:0
  * (single-value form, refused by PyTorch) is accepted and means "no
  * rounding", the default. max_split_size_mb / max_non_split_rounding_mb
  * values whose byte count overflows size_t are clamped to SIZE_MAX, i.e. "no
- * limit" (PyTorch clamps too); a number that does not fit 64 bits is an
- * error.
+ * limit" (PyTorch clamps too); a number that does not fit 64 bits is an error.
  *
  * ---- roundup_power2_divisions ---------------------------------------------
  *
@@ -776,9 +777,7 @@ int xsa_config_parse_over(const char *text, const xsa_config *base, xsa_config *
         p = skip_ws(p + 1, end); /* a single trailing comma ends the loop here */
     }
 
-    /* Decay runs on the helper thread only: asking for decay turns the
-     * helper on, turning the helper off turns the default decay off, and
-     * asking for both decay and no helper is an error. */
+    /* Decay and the helper thread: note (8) above. */
     if (!cfg.pool.helper_thread && cfg.pool.page_decay_ms) {
         if (seen[K_PAGE_DECAY_MS] && seen[K_HELPER_THREAD])
             return fail(&ps, "key 'page_decay_ms' value '%.*s' needs the helper thread, but helper_thread is False; "
@@ -789,6 +788,7 @@ int xsa_config_parse_over(const char *text, const xsa_config *base, xsa_config *
         else
             cfg.pool.page_decay_ms = 0;
     }
+    if (!cfg.pool.page_recycling && !seen[K_PAGE_DECAY_MS]) cfg.pool.page_decay_ms = 0;
     const char *needs_expandable = cfg.pool.peer_access ? "peer_access" : cfg.pool.ipc_handles ? "ipc_handles" : NULL;
     if (!cfg.pool.expandable_segments && needs_expandable)
         return fail(&ps, "key '%s' value 'True' needs expandable segments, but expandable_segments is False; "

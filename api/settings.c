@@ -97,6 +97,11 @@ static xsa_status merge(const xsa_pool_options *current, xsa_pool_options *next,
         else
             next->page_decay_ms = 0;
     }
+    /* Page recycling turned off takes the decay not asked for with it
+     * (decay keeps its peak by moving pages; config.c). */
+    if (xsa_config_gave(ctx->given, "page_recycling") && !next->page_recycling &&
+        !xsa_config_gave(ctx->given, "page_decay_ms"))
+        next->page_decay_ms = 0;
     const char *needs = next->peer_access ? "peer_access" : next->ipc_handles ? "ipc_handles" : NULL;
     if (needs && !next->expandable_segments)
         return xsa_fail(XSA_ERROR_NOT_SUPPORTED,

@@ -92,7 +92,7 @@ static void test_defaults(void **state) {
         for (int k = 0; k < N; k++) assert_int_equal(c.pool.roundup_power2_divisions[k], 0);
         assert_true(c.pool.garbage_collection_threshold == 0.0);
         assert_true(c.pool.memory_fraction == 1.0);
-        /* Both follow one switch (pool/options.h), off until flipped. */
+        /* Both follow one switch (pool/options.h), on since 2026-11-29. */
         assert_int_equal(c.pool.helper_thread, XSA_HELPER_BY_DEFAULT);
         assert_int_equal(c.pool.page_decay_ms, XSA_HELPER_BY_DEFAULT ? XSA_DEFAULT_PAGE_DECAY_MS : 0);
     }
@@ -202,6 +202,16 @@ static void test_helper_thread_and_page_decay_ms(void **state) {
     assert_false(c.pool.helper_thread);
     assert_int_equal(c.pool.page_decay_ms, 0);
     assert_int_equal(parse_ok("page_decay_ms:3600000").pool.page_decay_ms, 3600000);
+    /* Decay keeps its peak by moving pages at regrowth: page recycling off
+     * turns the default decay off (the helper stays), decay asked for runs. */
+    c = parse_ok("page_recycling:False");
+    assert_int_equal(c.pool.helper_thread, XSA_HELPER_BY_DEFAULT);
+    assert_int_equal(c.pool.page_decay_ms, 0);
+    c = parse_ok("page_recycling:False,page_decay_ms:500");
+    assert_true(c.pool.helper_thread);
+    assert_int_equal(c.pool.page_decay_ms, 500);
+    c = parse_ok("page_decay_ms:200,page_recycling:False"); /* in either order */
+    assert_int_equal(c.pool.page_decay_ms, 200);
     EXPECT_ERR("page_decay_ms:20,helper_thread:False", "'page_decay_ms'", "'20'", "helper_thread is False",
                "helper_thread:True");
     EXPECT_ERR("page_decay_ms:3600001", "'page_decay_ms'", "'3600001'", "too large", "0 (off) to 3600000");

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "pool/options.h"
 #include "tests/api/api_fixture.h"
 #include "xsalloc/sim.h"
 #include "xsalloc/xsalloc.h"
@@ -109,6 +110,26 @@ static void test_helper_and_decay_kept_and_tied(void **state) {
     OK(xsa_set_allocator_settings("helper_thread:True"));
     assert_true(settings().helper_thread);
     assert_int_equal(settings().page_decay_ms, 0); /* kept: the helper alone */
+}
+
+/* Page recycling turned off at run time takes the decay it did not ask for
+ * with it (decay keeps its peak by moving pages); decay asked for then, or
+ * in the same string, runs, and stays through later settings. */
+static void test_recycling_off_turns_default_decay_off(void **state) {
+    (void)state;
+    OK(xsa_init(NULL));
+    assert_int_equal(settings().page_decay_ms, XSA_HELPER_BY_DEFAULT ? XSA_DEFAULT_PAGE_DECAY_MS : 0);
+    OK(xsa_set_allocator_settings("page_recycling:False"));
+    assert_int_equal(settings().page_decay_ms, 0);
+    assert_int_equal(settings().helper_thread, XSA_HELPER_BY_DEFAULT); /* the helper stays */
+    OK(xsa_set_allocator_settings("page_decay_ms:300"));
+    assert_int_equal(settings().page_decay_ms, 300);
+    OK(xsa_set_allocator_settings("max_split_size_mb:40"));
+    assert_int_equal(settings().page_decay_ms, 300);
+    OK(xsa_set_allocator_settings("page_recycling:True"));
+    assert_int_equal(settings().page_decay_ms, 300);
+    OK(xsa_set_allocator_settings("page_recycling:False,page_decay_ms:200"));
+    assert_int_equal(settings().page_decay_ms, 200);
 }
 
 /* roundup_power2_divisions changes the size of the next request, as in
@@ -313,6 +334,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_reset_and_kept_keys, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_helper_and_decay_kept_and_tied, xsa_fixture_two_devices, xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_recycling_off_turns_default_decay_off, xsa_fixture_two_devices,
+                                        xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_honoured_keys_take_effect, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_expandable_segments_off_and_on, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_fixed_keys_refused_by_name, xsa_fixture_two_devices, xsa_fixture_teardown),
