@@ -202,6 +202,7 @@ static xsa_cu_result unmap_pages(xsa_segment *s, size_t first, size_t n, unmap_m
         if (starts) unshare(s, first + i);
         s->handles[first + i] = XSA_NO_HANDLE;
         s->chunk_pages[first + i] = 0;
+        if (s->leaving) s->leaving[first + i] = 0;
         if (mode == UNMAP_TAKE)
             taken[i] = h;
         else if (mode == UNMAP_RELEASE && starts)
@@ -226,6 +227,7 @@ void xsa_segment_forget(xsa_segment *s, size_t first, size_t n) {
         if (s->chunk_pages[first + i]) unshare(s, first + i);
         s->handles[first + i] = XSA_NO_HANDLE;
         s->chunk_pages[first + i] = 0;
+        if (s->leaving) s->leaving[first + i] = 0;
         s->mapped_pages--;
     }
 }
@@ -253,6 +255,7 @@ xsa_cu_result xsa_segment_destroy(xsa_segment *s) {
     free(s->chunk_pages);
     free(s->share_fds);
     free(s->unreleased);
+    free(s->leaving);
     memset(s, 0, sizeof *s);
     return XSA_CU_SUCCESS;
 }
@@ -261,14 +264,14 @@ xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer) {
     for (int i = 0; i < s->n_access; i++)
         if (s->access[i] == peer) return XSA_CU_SUCCESS;
     if (s->n_access == XSA_SEGMENT_MAX_ACCESS) return XSA_CU_ERROR_INVALID_VALUE;
-    /* Grant on each contiguous run of mapped pages. */
+    /* Grant on each contiguous run of mapped pages no job is taking away. */
     for (size_t p = 0; p < s->max_pages;) {
-        if (!xsa_segment_page_mapped(s, p)) {
+        if (!xsa_segment_page_mapped(s, p) || xsa_segment_page_leaving(s, p)) {
             p++;
             continue;
         }
         size_t end = p;
-        while (end < s->max_pages && xsa_segment_page_mapped(s, end)) end++;
+        while (end < s->max_pages && xsa_segment_page_mapped(s, end) && !xsa_segment_page_leaving(s, end)) end++;
         xsa_cu_result r = XSA_DRV(s->drv, mem_set_access, xsa_segment_page_addr(s, p), (end - p) * s->page_size, &peer, 1);
         if (r != XSA_CU_SUCCESS) return r;
         p = end;
@@ -281,8 +284,9 @@ int xsa_segment_check(const xsa_segment *s, char *err, size_t errlen) {
     size_t count = 0;
     for (size_t p = 0; p < s->max_pages;) {
         if (!xsa_segment_page_mapped(s, p)) {
-            if (s->chunk_pages[p]) {
-                snprintf(err, errlen, "segment %#llx: unmapped page %zu starts a chunk", (unsigned long long)s->base, p);
+            if (s->chunk_pages[p] || xsa_segment_page_leaving(s, p)) {
+                snprintf(err, errlen, "segment %#llx: unmapped page %zu %s", (unsigned long long)s->base, p,
+                         s->chunk_pages[p] ? "starts a chunk" : "is marked leaving");
                 return 0;
             }
             p++;

@@ -62,6 +62,8 @@ typedef struct xsa_segment {
     int *share_fds;          /* [max_pages] once a chunk is shared: its fd at its first page, else -1 */
     xsa_mem_handle *unreleased; /* unmapped handles whose cuMemRelease failed */
     size_t n_unreleased;
+    uint8_t *leaving;        /* [max_pages] once a job unmapped outside the owner's lock (vmm/segment_job.h):
+                              * 1 on mapped pages it may have unmapped, until their records go */
 } xsa_segment;
 
 /* Reserves max(reserve_bytes, one page) rounded up to pages of the device's
@@ -123,11 +125,17 @@ void xsa_segment_keep_unreleased(xsa_segment *s, xsa_mem_handle h);
  * chunk is unmapped). */
 xsa_cu_result xsa_segment_share(xsa_segment *s, size_t start, int *fd, uint64_t *id);
 
-/* Grants `peer` read/write on every mapped page now and on pages mapped later. */
+/* Grants `peer` read/write on every mapped page now and on pages mapped
+ * later; pages a job is unmapping or has unmapped (leaving) are skipped:
+ * the driver may have them no more, and the job grants the peer if its
+ * unmap fails. */
 xsa_cu_result xsa_segment_add_access(xsa_segment *s, int peer);
 
 static inline bool xsa_segment_page_mapped(const xsa_segment *s, size_t page) {
     return s->handles[page] != XSA_NO_HANDLE;
+}
+static inline bool xsa_segment_page_leaving(const xsa_segment *s, size_t page) {
+    return s->leaving && s->leaving[page];
 }
 static inline xsa_devptr xsa_segment_page_addr(const xsa_segment *s, size_t page) {
     return s->base + page * s->page_size;
@@ -137,8 +145,8 @@ static inline size_t xsa_segment_mapped_bytes(const xsa_segment *s) {
 }
 
 /* Invariant checker: mapped_pages equals the count of handles, chunks are
- * whole, shared fds sit at mapped chunk starts and are registered, the
- * access list is sane. Returns 1 if consistent, else 0 with a sentence in err. */
+ * whole, shared fds sit at mapped chunk starts and are registered, only
+ * mapped pages are leaving, the access list is sane. Returns 1 if consistent, else 0 with a sentence in err. */
 int xsa_segment_check(const xsa_segment *s, char *err, size_t errlen);
 
 #endif

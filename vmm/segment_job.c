@@ -35,7 +35,8 @@ xsa_cu_result xsa_segment_job_begin(xsa_segment *s, xsa_seg_job_kind kind, size_
         for (size_t p = first; p < first + n; p += s->chunk_pages[p]) count++;
     job->chunks = calloc(count, sizeof *job->chunks);
     job->released = calloc(count, sizeof *job->released);
-    if (!job->chunks || !job->released) {
+    if (kind != XSA_SEG_JOB_MAP_NEW && !s->leaving) s->leaving = calloc(s->max_pages, 1);
+    if (!job->chunks || !job->released || (kind != XSA_SEG_JOB_MAP_NEW && !s->leaving)) {
         free(job->chunks);
         free(job->released);
         job->chunks = NULL, job->released = NULL;
@@ -63,6 +64,8 @@ xsa_cu_result xsa_segment_job_begin(xsa_segment *s, xsa_seg_job_kind kind, size_
         for (size_t p = first; p < first + n; p += s->chunk_pages[p])
             job->chunks[i++] = (xsa_chunk){s->handles[p], s->chunk_pages[p]};
     }
+    if (kind != XSA_SEG_JOB_MAP_NEW) /* add_access skips them from now on */
+        for (size_t i = 0; i < n; i++) s->leaving[first + i] = 1;
     job->result = XSA_CU_SUCCESS;
     return XSA_CU_SUCCESS;
 }
@@ -165,6 +168,13 @@ xsa_cu_result xsa_segment_job_finish(xsa_segment *s, xsa_segment_job *job) {
         xsa_segment_forget(s, job->first, job->pages);
         for (size_t i = 0; job->kind == XSA_SEG_JOB_UNMAP_RELEASE && i < job->n_chunks; i++)
             if (!job->released[i]) xsa_segment_keep_unreleased(s, job->chunks[i].handle);
+    } else {
+        /* Still mapped: the pages are the segment's again, granted to the
+         * peers added meanwhile (a refused grant is the one reported: the
+         * peer cannot use those pages). */
+        memset(s->leaving + job->first, 0, job->pages);
+        xsa_cu_result r = grant_added(s, job);
+        if (r != XSA_CU_SUCCESS) failed(job, r, "cuMemSetAccess");
     }
     return xsa_segment_job_drop(job);
 }

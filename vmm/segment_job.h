@@ -21,7 +21,11 @@
  *    (page recycling's drains): unmapped, handles forgotten.
  * A peer granted access to the segment between begin and finish is
  * granted on a MAP_NEW's pages at finish (a driver call under the lock;
- * xsa_segment_add_access sees only recorded pages).
+ * xsa_segment_add_access sees only recorded pages). An UNMAP_* job marks
+ * its pages leaving at begin, so such a grant skips them (the driver may
+ * have unmapped them already); they stay so until their records go
+ * (forget, or the owner's own unmap of a drain it takes back later), or,
+ * if the unmap failed, until finish, which grants them then.
  */
 #ifndef XSA_VMM_SEGMENT_JOB_H
 #define XSA_VMM_SEGMENT_JOB_H

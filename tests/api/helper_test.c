@@ -72,7 +72,7 @@ static void *params_and_burst(void) {
 
 static int setup(void **state) {
     (void)state;
-    xsa_fixture_use_sim(1, (size_t)1 << 30);
+    xsa_fixture_use_sim(2, (size_t)1 << 30); /* device 1: a peer */
     xsa_sim_set_eager_events(1); /* work completes as queued: fences do on the thread */
     return 0;
 }
@@ -267,15 +267,15 @@ static uint64_t fake_clock(void *ctx) {
 
 /* Decay of 100 ms (a tick every 12.5 ms) in manual mode: rounds until the
  * burst's pages were taken and their fence completed. */
-static void manual_decay_until_taken(void) {
+static void *manual_decay_until_taken(void) {
     xsa_helper_set_manual(true);
     xsa_helper_set_clock(fake_clock, NULL);
     fake_now = 0;
     OK(xsa_init("helper_thread:True,page_decay_ms:100"));
-    void *params = params_and_burst();
-    (void)params; /* freed by the shutdown */
+    void *params = params_and_burst(); /* freed by the shutdown unless the test frees it */
     for (fake_now = 0; fake_now <= 150 * MS && reserved() > (int64_t)(4 * MiB); fake_now += MS) xsa_helper_poll();
     assert_int_equal(reserved(), 4 * MiB);
+    return params;
 }
 
 /* The helper's next rounds, the taken pages' job among them. */
@@ -300,8 +300,8 @@ static int64_t pages_unmapped(void) {
 
 /* Decay takes the burst's pages; with commits `polls` late, the job
  * releasing them runs (the driver has them back) and waits to commit. */
-static void release_job_runs_deferred(unsigned polls) {
-    manual_decay_until_taken();
+static void *release_job_runs_deferred(unsigned polls) {
+    void *params = manual_decay_until_taken();
     xsa_helper_set_deferred_commit(polls);
     for (int i = 0; i < 20 && handle_bytes() > 4 * MiB; i++) {
         fake_now += MS;
@@ -309,6 +309,7 @@ static void release_job_runs_deferred(unsigned polls) {
     }
     assert_int_equal(handle_bytes(), 4 * MiB);
     assert_int_equal(pages_unmapped(), 0);
+    return params;
 }
 
 static void test_deferred_commits_wait_their_polls(void **state) {
@@ -325,6 +326,106 @@ static void test_deferred_commits_wait_their_polls(void **state) {
     fake_now += MS;
     xsa_helper_poll();
     assert_int_equal(pages_unmapped(), 19);
+}
+
+/* ---- peers granted while the helper's jobs unmap pages ---- */
+
+/* Driver calls of entry point e so far, all and the helper's rounds' part. */
+static uint64_t calls_of(xsa_driver_entry e, bool background) {
+    uint64_t c[XSA_DRV_COUNT];
+    if (background)
+        xsa_driver_read_background_calls(xsa_active_driver(), c, NULL);
+    else
+        xsa_driver_read_calls(xsa_active_driver(), c, NULL);
+    return c[e];
+}
+
+/* Device 1 may read and write every page under [p, p+size). */
+static void assert_peer_granted(const void *p, size_t size) {
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)(2 * MiB - 1); a < (uintptr_t)p + size; a += 2 * MiB)
+        if (!(xsa_sim_page_access(a) & 2u)) fail_msg("page %#lx not granted to device 1", (unsigned long)a);
+}
+
+/* A job has unmapped pages the pool still records until it commits: a
+ * peer granted in between skips them (the driver would refuse the run),
+ * and reaches every page a block lives on. */
+static void test_a_peer_granted_while_a_release_waits_to_commit(void **state) {
+    (void)state;
+    void *params = release_job_runs_deferred(1);
+    OK(xsa_enable_peer_access(0, 1));
+    INVARIANTS(0);
+    assert_peer_granted(params, 2 * MiB);
+    fake_now += MS;
+    xsa_helper_poll();
+    assert_int_equal(pages_unmapped(), 19);
+    void *more;
+    OK(xsa_malloc(&more, 8 * MiB, 0, NULL));
+    assert_peer_granted(more, 8 * MiB);
+    OK(xsa_free(more));
+    OK(xsa_free(params));
+    INVARIANTS(0);
+}
+
+/* The job's unmap refused: its pages are the cache's again at the commit,
+ * granted to the peer added while it ran, and a block placed there is
+ * the peer's to use. */
+static void test_a_peer_granted_while_a_refused_release_waits_to_commit(void **state) {
+    (void)state;
+    void *params = manual_decay_until_taken();
+    xsa_helper_set_deferred_commit(1);
+    xsa_sim_fail_call(XSA_DRV_mem_unmap, 1, XSA_CU_ERROR_UNKNOWN);
+    uint64_t tries = calls_of(XSA_DRV_mem_unmap, true);
+    for (int i = 0; i < 20 && calls_of(XSA_DRV_mem_unmap, true) == tries; i++) {
+        fake_now += MS;
+        xsa_helper_poll();
+    }
+    assert_int_equal(calls_of(XSA_DRV_mem_unmap, true), tries + 1);
+    OK(xsa_enable_peer_access(0, 1));
+    fake_now += MS;
+    xsa_helper_poll(); /* the commit: the pages are cached memory again */
+    assert_int_equal(reserved(), 42 * MiB);
+    INVARIANTS(0);
+    void *burst;
+    FAILS(XSA_ERROR_DRIVER, xsa_malloc(&burst, 40 * MiB, 0, NULL), "cuMemUnmap"); /* the helper's failure, once */
+    OK(xsa_malloc(&burst, 40 * MiB, 0, NULL)); /* a cache hit on those pages */
+    assert_int_equal(reserved(), 42 * MiB);
+    assert_peer_granted(burst, 40 * MiB);
+    OK(xsa_free(burst));
+    OK(xsa_free(params));
+    xsa_sim_clear_faults();
+    INVARIANTS(0);
+}
+
+/* Page recycling moved a page; the helper unmapped its old address, which
+ * the pool takes back at its next growth: a peer granted before that
+ * reaches every block (it once met the unmapped old address: INVALID_VALUE). */
+static void test_a_peer_granted_while_an_old_address_waits_to_be_taken_back(void **state) {
+    (void)state;
+    xsa_helper_set_manual(true);
+    xsa_helper_set_clock(fake_clock, NULL);
+    OK(xsa_init("page_decay_ms:0,page_recycling:True"));
+    void *a, *b, *c, *d;
+    OK(xsa_malloc(&a, 6 * MiB, 0, NULL));
+    OK(xsa_malloc(&b, 4 * MiB, 0, NULL));
+    OK(xsa_malloc(&c, 2 * MiB, 0, NULL));
+    OK(xsa_free(b));
+    OK(xsa_malloc(&d, 1000, 0, NULL)); /* the small pool grows by one of b's pages, moved */
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.num_pages_recycled, 1);
+    uint64_t unmaps = calls_of(XSA_DRV_mem_unmap, true);
+    next_rounds(); /* the old address unmapped by the helper */
+    assert_int_equal(calls_of(XSA_DRV_mem_unmap, true), unmaps + 1);
+    OK(xsa_enable_peer_access(0, 1));
+    INVARIANTS(0);
+    assert_peer_granted(a, 6 * MiB);
+    assert_peer_granted(c, 2 * MiB);
+    assert_peer_granted(d, 1000);
+    void *e;
+    OK(xsa_malloc(&e, 8 * MiB, 0, NULL)); /* takes the old range back */
+    assert_peer_granted(e, 8 * MiB);
+    INVARIANTS(0);
+    for (void **q = (void *[]){a, c, d, e}, **end = q + 4; q < end; q++) OK(xsa_free(*q));
 }
 
 static void test_shutdown_commits_a_deferred_job(void **state) {
@@ -439,16 +540,6 @@ static void *malloc_and_free(void *arg) {
     return NULL;
 }
 
-/* Driver calls of entry point e so far, all and the helper's rounds' part. */
-static uint64_t calls_of(xsa_driver_entry e, bool background) {
-    uint64_t c[XSA_DRV_COUNT];
-    if (background)
-        xsa_driver_read_background_calls(xsa_active_driver(), c, NULL);
-    else
-        xsa_driver_read_calls(xsa_active_driver(), c, NULL);
-    return c[e];
-}
-
 /* The helper's rounds count their driver calls apart, polled on the
  * caller's thread too, and the caller's own calls stay outside them. */
 static void test_the_helpers_driver_calls_are_counted_apart(void **state) {
@@ -534,6 +625,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_settings_turn_it_and_decay_on_and_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deferred_commits_wait_their_polls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_commits_a_deferred_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_peer_granted_while_a_release_waits_to_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_peer_granted_while_a_refused_release_waits_to_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_peer_granted_while_an_old_address_waits_to_be_taken_back, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_empty_cache_leaves_no_readied_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_the_next_malloc_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failure_reaches_empty_cache_too, setup, teardown),

@@ -20,6 +20,7 @@
 
 #include "vmm/driver_cuda.h"
 #include "vmm/segment.h"
+#include "vmm/segment_job.h"
 #include "xsalloc/sim.h"
 
 static xsa_driver *real;     /* the driver under test */
@@ -316,6 +317,48 @@ static void test_data_survives_and_unmapped_faults(void **state) {
 }
 #endif
 
+#ifndef XSA_TEST_CUDA
+/* Device `d` may use every page of [first, first+n) of s. */
+static void assert_granted(const xsa_segment *s, size_t first, size_t n, int d) {
+    for (size_t p = first; p < first + n; p++)
+        if (!(xsa_sim_page_access(xsa_segment_page_addr(s, p)) & (1u << d))) fail_msg("page %zu not granted to %d", p, d);
+}
+
+/* A job unmapping pages outside the owner's lock marks them leaving: a
+ * peer granted meanwhile skips them (the driver refuses a grant on pages
+ * it has unmapped), and if the unmap failed, finish grants them. */
+static void test_a_grant_skips_pages_a_job_unmaps(void **state) {
+    (void)state;
+    xsa_sim_config c;
+    xsa_sim_default_config(&c);
+    c.capacity = (size_t)1 << 30;
+    c.devices = 3;
+    assert_int_equal(xsa_sim_configure(&c), XSA_CU_SUCCESS);
+    xsa_segment s;
+    init_segment(&s, 8);
+    assert_int_equal(xsa_segment_map(&s, 0, 6, NULL), XSA_CU_SUCCESS);
+    xsa_segment_job done, refused;
+    assert_int_equal(xsa_segment_job_begin(&s, XSA_SEG_JOB_UNMAP_RELEASE, 4, 2, 1, &done), XSA_CU_SUCCESS);
+    assert_int_equal(xsa_segment_job_begin(&s, XSA_SEG_JOB_UNMAP_RELEASE, 2, 2, 1, &refused), XSA_CU_SUCCESS);
+    CHECK(&s);
+    xsa_segment_job_run(&done); /* the driver has pages 4 and 5 back */
+    fail_at(XSA_DRV_mem_unmap, 1);
+    xsa_segment_job_run(&refused);
+    assert_int_equal(refused.result, XSA_CU_ERROR_UNKNOWN);
+    assert_int_equal(xsa_segment_add_access(&s, 1), XSA_CU_SUCCESS);
+    assert_granted(&s, 0, 2, 1);
+    assert_int_equal(xsa_segment_job_finish(&s, &done), XSA_CU_SUCCESS);
+    assert_int_equal(xsa_segment_job_finish(&s, &refused), XSA_CU_ERROR_UNKNOWN);
+    CHECK(&s);
+    assert_int_equal(s.mapped_pages, 4);
+    assert_granted(&s, 0, 4, 1); /* the refused job's pages too, at its finish */
+    /* A later grant reaches them as any mapped page. */
+    assert_int_equal(xsa_segment_add_access(&s, 2), XSA_CU_SUCCESS);
+    assert_granted(&s, 0, 4, 2);
+    assert_int_equal(xsa_segment_destroy(&s), XSA_CU_SUCCESS);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_grow_and_shrink, setup),
@@ -325,6 +368,7 @@ int main(void) {
         cmocka_unit_test_setup(test_shared_fds_follow_chunks, setup),
 #ifndef XSA_TEST_CUDA
         cmocka_unit_test_setup(test_data_survives_and_unmapped_faults, setup),
+        cmocka_unit_test_setup(test_a_grant_skips_pages_a_job_unmaps, setup),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
