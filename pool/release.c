@@ -177,7 +177,10 @@ bool xsa_release_available(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa
     xsa_free_set *set = &mp->free[kind];
     size_t want = size < max_split ? max_split : size;
     xsa_block *b = xsa_free_set_lower_bound(set, stream, want);
-    if (b && b->stream == stream && !b->seg->expandable) return xsa_release_classic_block(p, b) == XSA_CU_SUCCESS;
+    /* Only a free block that is its whole segment goes: one split before a
+     * run-time max_split_size_mb shares its segment with live blocks. */
+    if (b && b->stream == stream && !b->seg->expandable && !xsa_block_is_split(b))
+        return xsa_release_classic_block(p, b) == XSA_CU_SUCCESS;
     /* No single block is large enough: free oversize blocks of the stream,
      * largest first, until enough is released. */
     if (b) {
@@ -189,7 +192,7 @@ bool xsa_release_available(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa
     size_t released = 0;
     while (b && released < want && b->size >= max_split && b->stream == stream) {
         xsa_block *prev = xsa_free_set_prev(set, b);
-        if (!b->seg->expandable) {
+        if (!b->seg->expandable && !xsa_block_is_split(b)) {
             size_t size = b->size;
             if (xsa_release_classic_block(p, b) != XSA_CU_SUCCESS) return false;
             released += size;

@@ -112,6 +112,27 @@ static void test_helper_and_decay_kept_and_tied(void **state) {
     assert_int_equal(settings().page_decay_ms, 0); /* kept: the helper alone */
 }
 
+/* max_split_size_mb set after a classic segment was split: its free
+ * remainder is oversize now, but a live block shares its segment, so the
+ * out-of-memory path's release of oversize blocks must not free that
+ * segment (it once did: the block's memory went and the stats kept it). */
+static void test_oversize_release_spares_a_split_segment(void **state) {
+    (void)state;
+    xsa_fixture_use_sim(1, (size_t)256 << 20);
+    OK(xsa_init("expandable_segments:False"));
+    void *a, *b, *c;
+    OK(xsa_malloc(&a, 32 * MiB, 0, NULL));
+    OK(xsa_free(a));
+    OK(xsa_malloc(&b, 4 * MiB, 0, NULL)); /* splits the cached 32 MiB segment */
+    OK(xsa_set_allocator_settings("max_split_size_mb:20"));
+    FAILS(XSA_ERROR_OUT_OF_MEMORY, xsa_malloc(&c, 256 * MiB, 0, NULL), "out of memory");
+    INVARIANTS(0);
+    xsa_device_stats s;
+    OK(xsa_get_stats(0, &s));
+    assert_int_equal(s.reserved_bytes[XSA_STAT_ALL].current, 32 * MiB);
+    OK(xsa_free(b));
+}
+
 /* Page recycling turned off at run time takes the decay it did not ask for
  * with it (decay keeps its peak by moving pages); decay asked for then, or
  * in the same string, runs, and stays through later settings. */
@@ -336,6 +357,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_helper_and_decay_kept_and_tied, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_recycling_off_turns_default_decay_off, xsa_fixture_two_devices,
                                         xsa_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_oversize_release_spares_a_split_segment, NULL, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_honoured_keys_take_effect, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_expandable_segments_off_and_on, xsa_fixture_two_devices, xsa_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_fixed_keys_refused_by_name, xsa_fixture_two_devices, xsa_fixture_teardown),
