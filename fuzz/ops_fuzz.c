@@ -344,7 +344,8 @@ static void finish(void) {
     }
     xsa_helper_set_deferred_commit(0); /* the helper's jobs waiting for polls commit */
     xsa_status st = xsa_empty_cache();
-    if (st == XSA_ERROR_DRIVER && fault_armed) st = xsa_empty_cache(); /* the helper's fault, reported once */
+    /* The helper's fault, reported once (an armed out-of-memory reads as one) */
+    if (fault_armed && (st == XSA_ERROR_DRIVER || st == XSA_ERROR_OUT_OF_MEMORY)) st = xsa_empty_cache();
     check(st == XSA_SUCCESS, "final empty_cache");
     xsa_device_stats s;
     check(xsa_get_stats(0, &s) == XSA_SUCCESS, "get_stats");
