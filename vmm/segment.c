@@ -188,6 +188,15 @@ xsa_cu_result xsa_segment_map_chunks(xsa_segment *s, size_t first, size_t n, con
     return r;
 }
 
+/* Mapped page `page`'s records go: its chunk's share (at the chunk's
+ * start), its handle, its leaving mark. */
+static void drop_record(xsa_segment *s, size_t page) {
+    if (s->chunk_pages[page]) unshare(s, page);
+    s->handles[page] = XSA_NO_HANDLE;
+    s->chunk_pages[page] = 0;
+    if (s->leaving) s->leaving[page] = 0;
+}
+
 /* The unmap of xsa_segment_unmap (mode TAKE or RELEASE) and
  * xsa_segment_unmap_moved (FORGET). */
 typedef enum { UNMAP_TAKE, UNMAP_RELEASE, UNMAP_FORGET } unmap_mode;
@@ -199,10 +208,7 @@ static xsa_cu_result unmap_pages(xsa_segment *s, size_t first, size_t n, unmap_m
     for (size_t i = 0; i < n; i++) {
         xsa_mem_handle h = s->handles[first + i];
         bool starts = s->chunk_pages[first + i] != 0;
-        if (starts) unshare(s, first + i);
-        s->handles[first + i] = XSA_NO_HANDLE;
-        s->chunk_pages[first + i] = 0;
-        if (s->leaving) s->leaving[first + i] = 0;
+        drop_record(s, first + i);
         if (mode == UNMAP_TAKE)
             taken[i] = h;
         else if (mode == UNMAP_RELEASE && starts)
@@ -224,10 +230,7 @@ xsa_cu_result xsa_segment_unmap_moved(xsa_segment *s, size_t first, size_t n) {
 void xsa_segment_forget(xsa_segment *s, size_t first, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (!xsa_segment_page_mapped(s, first + i)) continue;
-        if (s->chunk_pages[first + i]) unshare(s, first + i);
-        s->handles[first + i] = XSA_NO_HANDLE;
-        s->chunk_pages[first + i] = 0;
-        if (s->leaving) s->leaving[first + i] = 0;
+        drop_record(s, first + i);
         s->mapped_pages--;
     }
 }

@@ -33,10 +33,11 @@ xsa_cu_result xsa_segment_job_begin(xsa_segment *s, xsa_seg_job_kind kind, size_
         count = (n + per - 1) / per;
     else
         for (size_t p = first; p < first + n; p += s->chunk_pages[p]) count++;
+    bool unmaps = kind != XSA_SEG_JOB_MAP_NEW;
     job->chunks = calloc(count, sizeof *job->chunks);
     job->released = calloc(count, sizeof *job->released);
-    if (kind != XSA_SEG_JOB_MAP_NEW && !s->leaving) s->leaving = calloc(s->max_pages, 1);
-    if (!job->chunks || !job->released || (kind != XSA_SEG_JOB_MAP_NEW && !s->leaving)) {
+    if (unmaps && !s->leaving) s->leaving = calloc(s->max_pages, 1);
+    if (!job->chunks || !job->released || (unmaps && !s->leaving)) {
         free(job->chunks);
         free(job->released);
         job->chunks = NULL, job->released = NULL;
@@ -63,9 +64,8 @@ xsa_cu_result xsa_segment_job_begin(xsa_segment *s, xsa_seg_job_kind kind, size_
         size_t i = 0;
         for (size_t p = first; p < first + n; p += s->chunk_pages[p])
             job->chunks[i++] = (xsa_chunk){s->handles[p], s->chunk_pages[p]};
+        memset(s->leaving + first, 1, n); /* add_access skips them from now on */
     }
-    if (kind != XSA_SEG_JOB_MAP_NEW) /* add_access skips them from now on */
-        for (size_t i = 0; i < n; i++) s->leaving[first + i] = 1;
     job->result = XSA_CU_SUCCESS;
     return XSA_CU_SUCCESS;
 }
