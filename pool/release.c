@@ -61,6 +61,10 @@ xsa_cu_result xsa_release_classic_block(xsa_pool *p, xsa_block *b) {
     return XSA_CU_SUCCESS;
 }
 
+/* Free block b is a classic segment whole, the only kind cuMemFree gives
+ * back: a split one shares its segment with other blocks. */
+static bool whole_classic_segment(const xsa_block *b) { return !b->seg->expandable && !xsa_block_is_split(b); }
+
 /* Releases what can be released of free block b (which is in the free set). */
 static xsa_pool_status release_free_block(xsa_pool *p, xsa_block *b, char *err, size_t errlen) {
     if (b->seg->expandable) return xsa_pages_unmap_block(p, b, err, errlen);
@@ -179,7 +183,7 @@ bool xsa_release_available(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa
     xsa_block *b = xsa_free_set_lower_bound(set, stream, want);
     /* Only a free block that is its whole segment goes: one split before a
      * run-time max_split_size_mb shares its segment with live blocks. */
-    if (b && b->stream == stream && !b->seg->expandable && !xsa_block_is_split(b))
+    if (b && b->stream == stream && whole_classic_segment(b))
         return xsa_release_classic_block(p, b) == XSA_CU_SUCCESS;
     /* No single block is large enough: free oversize blocks of the stream,
      * largest first, until enough is released. */
@@ -192,7 +196,7 @@ bool xsa_release_available(xsa_pool *p, xsa_mempool *mp, xsa_pool_kind kind, xsa
     size_t released = 0;
     while (b && released < want && b->size >= max_split && b->stream == stream) {
         xsa_block *prev = xsa_free_set_prev(set, b);
-        if (!b->seg->expandable && !xsa_block_is_split(b)) {
+        if (whole_classic_segment(b)) {
             size_t size = b->size;
             if (xsa_release_classic_block(p, b) != XSA_CU_SUCCESS) return false;
             released += size;
@@ -211,7 +215,7 @@ void xsa_garbage_collect(xsa_pool *p) {
     double total_age = 0;
     size_t freeable = 0;
     for (xsa_block *b = xsa_free_set_first(set); b; b = xsa_free_set_next(set, b))
-        if (!xsa_block_is_split(b) && !b->seg->expandable) {
+        if (whole_classic_segment(b)) {
             total_age += (double)(now - b->gc_base);
             freeable++;
         }
@@ -224,7 +228,7 @@ void xsa_garbage_collect(xsa_pool *p) {
         for (xsa_block *b = xsa_free_set_first(set), *next; b; b = next) {
             next = xsa_free_set_next(set, b);
             double age = (double)(now - b->gc_base);
-            if (xsa_block_is_split(b) || b->seg->expandable || age < age_threshold) continue;
+            if (!whole_classic_segment(b) || age < age_threshold) continue;
             size_t size = b->size;
             if (xsa_release_classic_block(p, b) != XSA_CU_SUCCESS) return;
             freed = true;
